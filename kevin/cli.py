@@ -1,0 +1,171 @@
+"""`kevin ...`: evaluate kernels from the command line and run the suite job.
+
+Exit codes: 0 whenever a verdict was produced (whatever it is), 2 for bad arguments or input that
+is not a task/solution at all (missing file, a task without Model, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Kevin: multi-turn RL for fast, correct GPU kernels.")
+
+BACKEND_HELP = "cuda (inline CUDA on a GPU) or cpu (inline C++)"
+
+
+def _die(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _config(backend: str, profile: str, timing_trials: int, correctness_trials: int, params: Optional[Path]):
+    from kevin.config import eval_config_from_params
+
+    try:
+        return eval_config_from_params(params, backend=backend, profile=profile, timing_trials=timing_trials,
+                                       correctness_trials=correctness_trials)
+    except (ValueError, FileNotFoundError) as exc:
+        _die(str(exc))
+
+
+def _read_solution(path: Path) -> str:
+    """Solution text; binary or non-UTF-8 data is kept (it becomes a parse_error verdict)."""
+    if not path.is_file():
+        _die(f"no such solution file: {path}")
+    data = path.read_bytes()
+    return data.decode("utf-8", errors="replace") if b"\x00" not in data else data.decode("latin-1")
+
+
+def _load_task(path: Path):
+    from kevin.tasks import TaskError, load_task_file
+
+    try:
+        return load_task_file(path)
+    except (TaskError, FileNotFoundError) as exc:
+        _die(str(exc))
+
+
+@app.command("eval")
+def eval_cmd(
+    task_file: Path = typer.Argument(..., help="KernelBench-format task file (defines Model, get_inputs, get_init_inputs)"),
+    solution_file: Path = typer.Argument(..., help="solution file defining ModelNew"),
+    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
+    profile: str = typer.Option("", help="task size profile (default: cpu on the cpu backend, the task's own sizes on cuda)"),
+    timing_trials: int = typer.Option(0, help="timed calls (0: the configured default, 100)"),
+    correctness_trials: int = typer.Option(0, help="correctness trials (0: the configured default, 5)"),
+    params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
+) -> None:
+    """Evaluate one solution against one task and print the verdict."""
+    from kevin.evaluation import Evaluator
+
+    task = _load_task(task_file)
+    source = _read_solution(solution_file)
+    cfg = _config(backend, profile, timing_trials, correctness_trials, params)
+    try:
+        evaluator = Evaluator(cfg)
+    except RuntimeError as exc:
+        _die(str(exc))
+    result = evaluator.evaluate(task, source)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        from kevin.evaluation.report import print_result
+
+        print_result(result)
+
+
+@app.command("eval-batch")
+def eval_batch_cmd(
+    candidates: Path = typer.Argument(..., help="a directory of solutions named after tasks (levelN/NAME.py or NAME.py), or a JSONL file of {task_id, source}"),
+    tasks: str = typer.Option("bundled", help="'bundled' or the path of a KernelBench checkout"),
+    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    out: Optional[Path] = typer.Option(None, help="write one EvalResult JSON per line here"),
+    timing_trials: int = typer.Option(0, help="timed calls (0: configured default)"),
+    correctness_trials: int = typer.Option(0, help="correctness trials (0: configured default)"),
+    params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
+) -> None:
+    """Evaluate many candidates (compile pool + one runner per GPU) and print a summary table."""
+    from kevin.evaluation.candidates import read_candidates
+    from kevin.evaluation import Evaluator
+    from kevin.evaluation.report import print_summary, write_jsonl
+    from kevin.tasks import TaskError, load_tasks
+
+    try:
+        task_list = load_tasks(tasks)
+        items = read_candidates(candidates, task_list)
+    except (TaskError, FileNotFoundError, ValueError, KeyError) as exc:
+        _die(str(exc))
+    if not items:
+        _die(f"no candidates found in {candidates}")
+    cfg = _config(backend, "", timing_trials, correctness_trials, params)
+    try:
+        evaluator = Evaluator(cfg)
+    except RuntimeError as exc:
+        _die(str(exc))
+    results = evaluator.evaluate_many(items, show_progress=True)
+    if out:
+        write_jsonl(out, results)
+    print_summary(results)
+
+
+@app.command("suite")
+def suite_cmd(
+    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    levels: str = typer.Option("1,2", help="comma-separated levels of the bundled suite"),
+    limit: int = typer.Option(0, help="evaluate only the first N tasks (0: all)"),
+    out: Path = typer.Option(Path("outputs/suite"), help="folder for results.jsonl and summary.json"),
+    timing_trials: int = typer.Option(0, help="timed calls (0: configured default)"),
+    params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
+) -> None:
+    """The main job until training lands: evaluate the bundled suite's reference solutions."""
+    from kevin.evaluation.candidates import reference_candidates
+    from kevin.evaluation import Evaluator
+    from kevin.evaluation.report import print_summary, write_summary
+    from kevin.tasks import load_bundled_suite
+
+    try:
+        level_tuple = tuple(int(x) for x in levels.split(",") if x.strip())
+    except ValueError:
+        _die(f"--levels must be comma-separated integers, got {levels!r}")
+    task_list = load_bundled_suite(level_tuple)
+    if limit:
+        task_list = task_list[:limit]
+    items = reference_candidates(task_list, backend)
+    cfg = _config(backend, "", timing_trials, 0, params)
+    try:
+        evaluator = Evaluator(cfg)
+    except RuntimeError as exc:
+        _die(str(exc))
+    results = evaluator.evaluate_many(items, show_progress=True)
+    write_summary(out, results)
+    print_summary(results)
+    typer.echo(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}")
+
+
+@app.command("tasks")
+def tasks_cmd(source: str = typer.Option("bundled", help="'bundled' or the path of a KernelBench checkout")) -> None:
+    """List the tasks of the bundled suite or of a KernelBench checkout."""
+    from kevin.tasks import TaskError, load_tasks
+
+    try:
+        found = load_tasks(source)
+    except (TaskError, FileNotFoundError) as exc:
+        _die(str(exc))
+    for task in found:
+        profiles = ",".join(sorted(task.profiles)) or "-"
+        typer.echo(f"{task.task_id}\tprofiles={profiles}")
+    typer.echo(f"{len(found)} tasks", err=True)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+"""Kernel evaluation: static rules, sandboxed compile/run, correctness, timing, batch evaluator."""
+
+from kevin.evaluation.config import EvalConfig
+from kevin.evaluation.evaluator import Evaluator
+from kevin.evaluation.feedback import feedback_line
+from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score
+
+__all__ = ["Candidate", "EvalConfig", "EvalResult", "Evaluator", "PhaseTimes", "Status", "feedback_line", "kernel_score"]

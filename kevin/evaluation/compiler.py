@@ -1,0 +1,179 @@
+"""Compiling candidates: our stand-in for ``torch.utils.cpp_extension.load_inline``.
+
+A solution calls ``load_inline`` at import. Inside the harness that name is replaced by
+``InlineCompiler.load_inline``, which
+- re-applies the C++ rules and the flag allow-list to the exact sources and flags (so strings built at
+  run time are checked too) before anything is compiled;
+- builds into a content-hashed directory under the cache, so identical sources (common in RL: many
+  trajectories converge on one kernel) compile once, and the run phase of a candidate finds the
+  library its compile phase built (ninja sees nothing to do);
+- records the ``__global__`` kernel names (for the decoy check) and counts calls into the extension;
+- turns a build failure into ``CompileFailure`` carrying the compiler's own error lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits
+
+_GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,\s\*&]+?)\s+(\w+)\s*\(")
+
+
+class CompileFailure(Exception):
+    """The candidate's sources did not compile; ``text`` holds the compiler output."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+
+class RuleFailure(Exception):
+    """A rule was broken in what the candidate handed to ``load_inline``."""
+
+    def __init__(self, hit: RuleHit):
+        super().__init__(hit.describe())
+        self.hit = hit
+
+
+def kernel_names(cuda_sources: list[str]) -> list[str]:
+    """Names of the ``__global__`` functions defined in CUDA sources."""
+    names: list[str] = []
+    for source in cuda_sources:
+        names.extend(_GLOBAL_KERNEL.findall(source))
+    return names
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]
+
+
+def build_key(fields: dict[str, Any]) -> str:
+    """Content hash of everything that determines the built library."""
+    import torch
+
+    payload = json.dumps(
+        {**fields, "torch": torch.__version__, "python": sys.version_info[:2], "arch": os.environ.get("TORCH_CUDA_ARCH_LIST", "")},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+class ExtensionProxy:
+    """Wraps a compiled module so the harness can tell whether its functions were really called."""
+
+    def __init__(self, module: Any, counter: dict[str, int]):
+        self._module = module
+        self._counter = counter
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._module, name)
+        if not callable(value):
+            return value
+        counter = self._counter
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            counter["calls"] = counter.get("calls", 0) + 1
+            return value(*args, **kwargs)
+
+        return counted
+
+
+@dataclass
+class InlineCompiler:
+    """Replacement for ``load_inline`` bound to one candidate evaluation."""
+
+    cache_dir: Path
+    backend: str
+    rules: dict[str, dict[str, Any]]
+    use_pch: bool = True
+    max_jobs: int = 2
+    kernels: list[str] = field(default_factory=list)
+    cuda_kernel_seen: bool = False
+    cpp_functions: list[str] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    call_counter: dict[str, int] = field(default_factory=dict)
+    original: Callable[..., Any] | None = None
+
+    def load_inline(self, *args: Any, **kwargs: Any) -> Any:
+        from torch.utils import cpp_extension
+
+        original = self.original or cpp_extension.load_inline
+        bound = inspect.signature(original).bind(*args, **kwargs)
+        params = dict(bound.arguments)
+        cpp = _as_list(params.get("cpp_sources"))
+        cuda = _as_list(params.get("cuda_sources"))
+        flags = [*_as_list(params.get("extra_cflags")), *_as_list(params.get("extra_cuda_cflags")), *_as_list(params.get("extra_ldflags"))]
+        hits = cpp_rule_hits(cpp + cuda, self.rules) + flag_hits(flags, self.rules)
+        if params.get("extra_include_paths"):
+            hits.append(RuleHit("load_inline_flags", "extra_include_paths is not allowed"))
+        if _as_list(params.get("sycl_sources")):
+            hits.append(RuleHit("inline_kernel_required", "sycl sources are not supported"))
+        if cuda and self.backend != "cuda":
+            hits.append(RuleHit("inline_kernel_required", "CUDA sources on the cpu backend: write C++ for the cpu backend"))
+        if hits:
+            raise RuleFailure(hits[0])
+        names = kernel_names(cuda)
+        self.kernels.extend(names)
+        self.cuda_kernel_seen = self.cuda_kernel_seen or bool(names)
+        self.cpp_functions.extend(_as_list(params.get("functions")))
+
+        key_fields = {k: params.get(k) for k in ("name", "cpp_sources", "cuda_sources", "functions", "extra_cflags",
+                                                  "extra_cuda_cflags", "extra_ldflags", "with_cuda", "is_python_module",
+                                                  "with_pytorch_error_handling", "no_implicit_headers")}
+        build_dir = self.cache_dir / "ext" / f"{params.get('name', 'ext')}_{build_key(key_fields)}"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        params["build_directory"] = str(build_dir)
+        params["verbose"] = False
+        # torch deletes its shared precompiled header whenever use_pch is False, so every call in this
+        # project passes True unless custom flags would make the header's signature differ.
+        params["use_pch"] = self.use_pch and not params.get("extra_cflags")
+        os.environ["MAX_JOBS"] = str(self.max_jobs)
+        start = time.perf_counter()
+        try:
+            module = original(**params)
+        except Exception as exc:  # the compiler's verdict, handed back to the policy
+            raise CompileFailure(str(exc)) from None
+        finally:
+            self.compile_seconds += time.perf_counter() - start
+        return ExtensionProxy(module, self.call_counter)
+
+    def missing_inline_kernel(self) -> RuleHit | None:
+        """After the solution is imported: was real inline compute handed to the compiler?"""
+        if self.backend == "cuda" and not self.cuda_kernel_seen:
+            return RuleHit("inline_kernel_required", "no __global__ CUDA kernel was compiled")
+        if not self.cpp_functions and not self.kernels:
+            return RuleHit("inline_kernel_required", "no inline C++/CUDA function was compiled")
+        return None
+
+
+def compile_error_lines(text: str, limit: int = 40) -> str:
+    """The lines of a build log that a person (or a policy) needs: errors and their context."""
+    lines = text.splitlines()
+    keep = [i for i, line in enumerate(lines) if re.search(r"\berror\b|error:|Error", line)]
+    if not keep:
+        return "\n".join(lines[-limit:])
+    chosen: list[str] = []
+    seen: set[int] = set()
+    for i in keep:
+        for j in range(max(0, i - 1), min(len(lines), i + 3)):
+            if j not in seen:
+                seen.add(j)
+                chosen.append(lines[j])
+        if len(chosen) >= limit:
+            break
+    return "\n".join(chosen[:limit])

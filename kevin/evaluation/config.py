@@ -1,0 +1,141 @@
+"""Evaluation settings: one dataclass, every field documented and validated."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BACKENDS = ("cuda", "cpu")
+
+
+def default_cache_dir() -> Path:
+    """Where compiled extensions and cached baselines live (KEVIN_CACHE_DIR overrides)."""
+    return Path(os.environ.get("KEVIN_CACHE_DIR", Path.home() / ".cache" / "kevin"))
+
+
+@dataclass
+class EvalConfig:
+    """How candidates are compiled, checked and timed."""
+
+    backend: str = "cpu"
+    """`cuda` (the paper's setting: inline CUDA on a GPU) or `cpu` (inline C++; runs without a GPU)."""
+
+    profile: str = ""
+    """Task size profile to render; empty means `cpu` on the cpu backend and the task's own sizes on cuda."""
+
+    correctness_trials: int = 5
+    """Correctness trials, each with a fresh seed; distributions alternate between trials (>= 5)."""
+
+    warmup_trials: int = 5
+    """Untimed calls before timing (compilation caches, lazy initialisation)."""
+
+    timing_trials: int = 100
+    """Timed calls; the reported runtime is their median (>= 100 for published numbers)."""
+
+    flush_l2: bool = True
+    """Overwrite a buffer larger than the last-level cache before every timed call."""
+
+    flush_bytes: int = 0
+    """Size of that buffer; 0 means 256 MiB on cuda (H200 L2 is 60 MB) and 32 MiB on cpu."""
+
+    atol: dict[str, float] = field(default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7})
+    """Absolute tolerance per output dtype (KernelBench's newer settings)."""
+
+    rtol: dict[str, float] = field(default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7})
+    """Relative tolerance per output dtype."""
+
+    seed: int = 42
+    """Base seed: model init uses it, trial k uses seed + 1000 + k (fresh inputs every trial)."""
+
+    timeout_s: float = 180.0
+    """Wall-clock limit for one candidate's run phase (KernelBench uses 180 s)."""
+
+    compile_timeout_s: float = 600.0
+    """Wall-clock limit for one candidate's compile phase."""
+
+    memory_limit_mb: int = 16384
+    """Host memory limit of a candidate process (address space on cpu; resident set on cuda)."""
+
+    speedup_flag_threshold: float = 10.0
+    """Speedups above this are flagged for re-verification rather than trusted."""
+
+    disable_tf32: bool = True
+    """Run the reference and baseline in true fp32 (TF32 off), so honest fp32 kernels meet 1e-4."""
+
+    cpu_threads: int = 1
+    """PyTorch intra-op threads in the harness on the cpu backend (candidates may not start threads, so
+    the baseline is measured single-threaded too; timings also stay stable on a busy machine)."""
+
+    compile_workers: int = 0
+    """Parallel compile processes; 0 means cores // 2 (each compile runs two compiler jobs)."""
+
+    gpus: list[int] = field(default_factory=list)
+    """GPU indices for the batch evaluator; empty means every visible GPU."""
+
+    cache_dir: str = ""
+    """Compiled-extension and baseline cache root; empty means KEVIN_CACHE_DIR or ~/.cache/kevin."""
+
+    use_pch: bool = True
+    """Use a precompiled torch header for C++ sources (cpu backend and host code)."""
+
+    rules: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the static rule data ({rule_id: {key: value}}), see default_rules.yaml."""
+
+    allowed_runtime_ops: list[str] = field(
+        default_factory=lambda: [
+            "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::zeros", "aten::zeros_like",
+            "aten::ones", "aten::ones_like", "aten::full", "aten::full_like", "aten::fill_", "aten::zero_",
+            "aten::contiguous", "aten::clone", "aten::copy_", "aten::view", "aten::reshape", "aten::_reshape_alias",
+            "aten::as_strided", "aten::detach", "aten::alias", "aten::lift_fresh", "aten::resize_", "aten::to",
+            "aten::_to_copy", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::select", "aten::slice",
+            "aten::item", "aten::_local_scalar_dense", "aten::size", "aten::stride", "aten::is_nonzero",
+            "aten::set_", "aten::_unsafe_view", "aten::flatten", "aten::result_type", "aten::scalar_tensor",
+            "aten::empty_like", "aten::new_empty", "aten::new_empty_strided", "aten::new_zeros",
+        ]
+    )
+    """PyTorch ops a candidate's forward may run (allocation, layout, copies); any other op seen by the
+    profiler during the forward is PyTorch compute and scores 0."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.correctness_trials < 1:
+            raise ValueError("correctness_trials must be >= 1 (5 or more for reported numbers)")
+        if self.timing_trials < 1 or self.warmup_trials < 0:
+            raise ValueError("timing_trials must be >= 1 and warmup_trials >= 0")
+        if self.timeout_s <= 0 or self.compile_timeout_s <= 0:
+            raise ValueError("timeouts must be positive seconds")
+        if self.speedup_flag_threshold <= 1:
+            raise ValueError("speedup_flag_threshold must be > 1")
+        for table in (self.atol, self.rtol):
+            for dtype, value in table.items():
+                if value < 0:
+                    raise ValueError(f"tolerance for {dtype} must be >= 0")
+
+    @property
+    def resolved_profile(self) -> str:
+        return self.profile or ("cpu" if self.backend == "cpu" else "default")
+
+    @property
+    def resolved_flush_bytes(self) -> int:
+        if self.flush_bytes:
+            return self.flush_bytes
+        return (256 if self.backend == "cuda" else 32) * 1024 * 1024
+
+    @property
+    def resolved_cache_dir(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown evaluation settings: {unknown}; known: {sorted(known)}")
+        return cls(**data)

@@ -1,0 +1,369 @@
+"""The evaluator: static rules in this process, compile and run in sandboxed harness processes.
+
+``Evaluator.evaluate`` judges one candidate; ``Evaluator.evaluate_many`` judges a batch with
+compilation on a CPU pool overlapped with run phases on every GPU (one run at a time per GPU, a
+fresh process per candidate, so a crashed CUDA context never reaches the next candidate).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import queue
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from kevin.evaluation.config import EvalConfig
+from kevin.evaluation.feedback import feedback_line
+from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
+from kevin.evaluation.rules import load_rules, static_hits
+from kevin.evaluation.sandbox import JobOutcome, run_harness_job
+from kevin.tasks.task import Task
+
+ProgressFn = Callable[[EvalResult], None]
+
+
+# ------------------------------------------------------------------------------------ hardware
+
+
+def gpu_info() -> tuple[list[str], str]:
+    """(names of visible GPUs, compute capability like '9.0') without touching CUDA in this process."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [], ""
+    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        ids = [int(x) for x in visible.split(",") if x.strip().isdigit()]
+        rows = [rows[i] for i in ids if i < len(rows)]
+    return [r[0] for r in rows], (rows[0][1] if rows and len(rows[0]) > 1 else "")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ----------------------------------------------------------------------------------- baselines
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class BaselineCache:
+    """PyTorch eager timings, measured once per task x size x hardware x torch version x protocol."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, key: str) -> float | None:
+        entry = self._load().get(key)
+        return float(entry["ms"]) if entry else None
+
+    def put(self, key: str, ms: float, info: dict[str, Any]) -> None:
+        with _locked(self.path):
+            data = self._load()
+            data[key] = {"ms": ms, **info}
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+
+
+# ----------------------------------------------------------------------------------- evaluator
+
+
+class Evaluator:
+    """Judges candidates for tasks under one EvalConfig."""
+
+    def __init__(self, config: EvalConfig | None = None):
+        self.config = config or EvalConfig()
+        self.rules = load_rules(self.config.rules)
+        self.cache_dir = self.config.resolved_cache_dir
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        self.baselines = BaselineCache(self.cache_dir / "baselines.json")
+        self._baseline_locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        if self.config.backend == "cuda":
+            names, arch = gpu_info()
+            if not names:
+                raise RuntimeError("backend 'cuda' needs a visible NVIDIA GPU (nvidia-smi found none); use --backend cpu")
+            self.gpu_names = names
+            self.arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch
+            self.hardware = names[0]
+        else:
+            self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
+
+    # -- jobs --------------------------------------------------------------------------------
+
+    def _devices(self) -> list[str]:
+        if self.config.backend == "cpu":
+            return ["cpu"]
+        ids = self.config.gpus or list(range(len(self.gpu_names)))
+        return [f"cuda:{i}" for i in ids]
+
+    def _env(self, gpu_visible: bool) -> dict[str, str]:
+        env = {"KEVIN_CACHE_DIR": str(self.cache_dir)}
+        if self.arch:
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch  # compile workers see no GPU: name the target
+        if not gpu_visible:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        elif os.environ.get("CUDA_VISIBLE_DEVICES"):
+            env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+        return env
+
+    def _job(self, mode: str, task: Task, source: str, device: str) -> dict[str, Any]:
+        return {
+            "mode": mode,
+            "task_id": task.task_id,
+            "task_source": task.render(self.config.resolved_profile),
+            "solution_source": source,
+            "config": {**self.config.to_dict(), "cache_dir": str(self.cache_dir)},
+            "device": device,
+            "max_jobs": 2,
+        }
+
+    def _run(self, mode: str, task: Task, source: str, device: str) -> JobOutcome:
+        cuda = self.config.backend == "cuda"
+        if mode == "compile":
+            timeout, compile_timeout = self.config.compile_timeout_s, 0.0
+        else:
+            # The run clock starts once the solution is imported: a cache hit after a compile phase,
+            # or a real compile in single evaluations, which gets its own budget first.
+            timeout, compile_timeout = self.config.timeout_s, self.config.compile_timeout_s
+        job_device = "cpu" if mode == "compile" else device
+        return run_harness_job(
+            self._job(mode, task, source, job_device), timeout_s=timeout,
+            memory_limit_mb=self.config.memory_limit_mb, env_extra=self._env(cuda and mode != "compile"),
+            limit_address_space=not cuda, compile_timeout_s=compile_timeout,
+        )
+
+    # -- baseline ----------------------------------------------------------------------------
+
+    def baseline_key(self, task: Task) -> str:
+        import importlib.metadata as md
+
+        torch_version = md.version("torch")
+        c = self.config
+        return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
+                         f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"])
+
+    def baseline_ms(self, task: Task, device: str | None = None) -> float:
+        """PyTorch eager time of the task (cached); measured in its own harness process."""
+        key = self.baseline_key(task)
+        with self._lock:
+            lock = self._baseline_locks.setdefault(key, threading.Lock())
+        with lock:
+            cached = self.baselines.get(key)
+            if cached is not None:
+                return cached
+            device = device or self._devices()[0]
+            outcome = self._run("baseline", task, "", device)
+            verdict = outcome.verdict
+            if not verdict or verdict.get("status") != "correct":
+                detail = (verdict or {}).get("error") or outcome.stderr_tail[-2000:]
+                raise RuntimeError(f"baseline of {task.task_id} failed: {detail}")
+            ms = float(verdict["runtime_ms"])
+            self.baselines.put(key, ms, {"stats": verdict.get("runtime_stats", {}), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            return ms
+
+    # -- verdicts ----------------------------------------------------------------------------
+
+    def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None:
+        """A verdict without running anything (parse errors, rule violations), or None to go on."""
+        start = time.perf_counter()
+        base = dict(task_id=task.task_id, candidate_id=candidate.key, backend=self.config.backend)
+        source = candidate.source
+        if not source.strip():
+            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="the solution is empty", **base), start)
+        if "\x00" in source:
+            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="the solution is binary data, not Python", **base), start)
+        try:
+            compile(source, "<solution>", "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+            return self._finish(EvalResult(status=Status.PARSE_ERROR, error=f"not valid Python: {getattr(exc, 'msg', exc)}{where}", **base), start)
+        if "ModelNew" not in source or not _defines_class(source, "ModelNew"):
+            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="no class ModelNew is defined", **base), start)
+        hits = static_hits(source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
+        if hits:
+            return self._finish(EvalResult(status=Status.RULE_VIOLATION, rule_id=hits[0].rule_id, error=hits[0].describe(), **base), start)
+        return None
+
+    def _finish(self, result: EvalResult, start: float) -> EvalResult:
+        result.times.static = time.perf_counter() - start
+        result.times.total = result.times.total or result.times.static
+        return self._score(result)
+
+    def from_outcome(self, task: Task, candidate: Candidate, outcome: JobOutcome, baseline: float | None) -> EvalResult:
+        r = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=Status.RUNTIME_ERROR, backend=self.config.backend)
+        v = outcome.verdict
+        if outcome.timed_out:
+            r.status, r.error = Status.TIMEOUT, f"no verdict within {self.config.timeout_s:.0f} s; the process was killed"
+        elif outcome.memory_exceeded:
+            r.error = f"the process exceeded the {self.config.memory_limit_mb} MiB memory limit and was killed"
+        elif v is None:
+            why = f"exit code {outcome.exit_code}" + (" (killed by a signal)" if outcome.exit_code < 0 else "")
+            r.error = trim_error(f"the process ended without a valid verdict ({why})\n{outcome.stderr_tail[-1500:]}")
+        else:
+            r.status = Status(v["status"])
+            r.rule_id, r.compiled, r.correct = v["rule_id"], v["compiled"], v["correct"]
+            r.max_abs_error, r.max_rel_error = v["max_abs_error"], v["max_rel_error"]
+            r.trials_passed, r.trials_run, r.warnings = v["trials_passed"], v["trials_run"], v["warnings"]
+            r.error = trim_error(v["error"] or v["message"]) if r.status is not Status.CORRECT else ""
+            if r.status is Status.INCORRECT or r.status is Status.RULE_VIOLATION:
+                r.error = v["message"]
+            if r.status is Status.RUNTIME_ERROR and v["message"] and v["error"]:
+                r.error = trim_error(f"{v['message']}: {v['error']}")
+            t = v.get("times", {})
+            r.times = PhaseTimes(compile=t.get("compile", 0.0), load=t.get("load", 0.0), correctness=t.get("correctness", 0.0),
+                                 profile=t.get("profile", 0.0), timing=t.get("timing", 0.0))
+            if r.correct and baseline:
+                r.runtime_ms, r.baseline_ms = v["runtime_ms"], baseline
+                r.speedup = baseline / v["runtime_ms"] if v["runtime_ms"] > 0 else 0.0
+                r.flagged_speedup = r.speedup > self.config.speedup_flag_threshold
+        r.times.total = outcome.wall_seconds
+        return r
+
+    def evaluate(self, task: Task, candidate: Candidate | str, device: str | None = None) -> EvalResult:
+        """Full evaluation of one candidate (compiles inside its run process)."""
+        if isinstance(candidate, str):
+            candidate = Candidate(task_id=task.task_id, source=candidate)
+        start = time.perf_counter()
+        early = self.static_check(task, candidate)
+        if early:
+            return early
+        static_s = time.perf_counter() - start
+        device = device or self._devices()[0]
+        result = self._run_phase(task, candidate, device)
+        result.times.static = static_s
+        return result
+
+    def _run_phase(self, task: Task, candidate: Candidate, device: str) -> EvalResult:
+        baseline = self.baseline_ms(task, device)
+        outcome = self._run("run", task, candidate.source, device)
+        result = self.from_outcome(task, candidate, outcome, baseline)
+        if result.flagged_speedup:
+            # Too good to trust on one measurement: judge it again in a fresh process.
+            again = self.from_outcome(task, candidate, self._run("run", task, candidate.source, device), baseline)
+            again.flagged_speedup = True
+            again.warnings.append(f"speedup above {self.config.speedup_flag_threshold}x: re-verified in a fresh process "
+                                  f"(first run {result.speedup:.2f}x)")
+            result = again
+        return self._score(result)
+
+    def _score(self, result: EvalResult) -> EvalResult:
+        result.score = kernel_score(result.correct, result.speedup, result.status is Status.RULE_VIOLATION)
+        result.feedback = feedback_line(result)
+        return result
+
+    # -- batches -----------------------------------------------------------------------------
+
+    def evaluate_many(
+        self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None, show_progress: bool = False
+    ) -> list[EvalResult]:
+        """Evaluate many candidates: compile on a CPU pool, run on every device, results in input order."""
+        items = list(items)
+        results: list[EvalResult | None] = [None] * len(items)
+        bar = _progress_bar(len(items)) if show_progress else None
+
+        def done(i: int, result: EvalResult) -> None:
+            results[i] = result
+            if progress:
+                progress(result)
+            if bar:
+                bar.update(1)
+
+        compile_q: list[int] = []
+        for i, (task, cand) in enumerate(items):
+            early = self.static_check(task, cand)
+            if early:
+                done(i, early)
+            else:
+                compile_q.append(i)
+        devices = self._devices()
+        # Baselines first (one process per task, once), so GPU time is not interleaved with them later.
+        for task in {items[i][0].task_id: items[i][0] for i in compile_q}.values():
+            self.baseline_ms(task, devices[0])
+        run_q: queue.Queue[int | None] = queue.Queue()
+        workers = self.config.compile_workers or max(1, (os.cpu_count() or 2) // 2)
+        overlap = self.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
+
+        def compile_one(i: int) -> None:
+            task, cand = items[i]
+            outcome = self._run("compile", task, cand.source, "cpu")
+            v = outcome.verdict
+            if v and v["status"] == "correct":
+                self._compile_times[i] = v.get("times", {}).get("compile", 0.0)
+                run_q.put(i)
+            else:
+                done(i, self._score(self.from_outcome(task, cand, outcome, None)))
+
+        def run_worker(device: str) -> None:
+            while True:
+                i = run_q.get()
+                if i is None:
+                    return
+                task, cand = items[i]
+                result = self._run_phase(task, cand, device)
+                result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
+                done(i, result)
+
+        self._compile_times: dict[int, float] = {}
+        runners = [threading.Thread(target=run_worker, args=(d,), daemon=True) for d in devices]
+        if overlap:
+            for t in runners:
+                t.start()
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(compile_one, compile_q))
+        if not overlap:
+            for t in runners:
+                t.start()
+        for _ in runners:
+            run_q.put(None)
+        for t in runners:
+            t.join()
+        if bar:
+            bar.close()
+        return [r for r in results if r is not None]
+
+
+def _defines_class(source: str, name: str) -> bool:
+    import ast
+
+    return any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(ast.parse(source)))
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="evaluating", unit="kernel", dynamic_ncols=True)

@@ -1,0 +1,102 @@
+"""Inputs for correctness and timing: fresh seeds, two input distributions, poisoned memory.
+
+Runs inside the harness process (it imports torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+DISTRIBUTIONS = ("base", "scaled")
+POISON_BYTE = 0xFF  # every float dtype reads 0xFF.. as NaN; integers read -1
+
+
+def seeded(seed: int, fn: Callable[[], Any]) -> Any:
+    """Call ``fn`` with every RNG the task might use seeded to ``seed``."""
+    torch.manual_seed(seed)
+    return fn()
+
+
+def _reshape_distribution(tensor: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The task's own values pushed to another distribution without leaving the op's domain.
+
+    Values in [0, 1] (probabilities, torch.rand) stay in [0, 1] as x ** u; anything else is
+    multiplied elementwise by u; u ~ U(0.5, 1.5). Signs and zeros are kept, so positive-only inputs
+    (logs, square roots) stay valid, while shortcuts that assume torch.randn/torch.rand statistics fail.
+    """
+    u = torch.rand(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.dtype) + 0.5
+    if tensor.numel() and float(tensor.min()) >= 0.0 and float(tensor.max()) <= 1.0:
+        return tensor.pow(u)
+    return tensor * u
+
+
+def make_inputs(task_module: Any, seed: int, distribution: str, device: torch.device) -> list[Any]:
+    """``get_inputs()`` under ``seed``, reshaped to ``distribution``, moved to ``device``."""
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"unknown input distribution {distribution!r}")
+    raw = seeded(seed, task_module.get_inputs)
+    generator = torch.Generator().manual_seed(seed ^ 0x5EED)
+    out: list[Any] = []
+    for item in raw:
+        if isinstance(item, torch.Tensor):
+            item = item.detach().cpu()
+            if distribution == "scaled" and item.is_floating_point():
+                item = _reshape_distribution(item, generator)
+            item = item.to(device).contiguous()
+        out.append(item)
+    return out
+
+
+def clone_all(values: Sequence[Any]) -> list[Any]:
+    """Independent copies: the candidate and the reference never share an input buffer."""
+    return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+def inputs_equal(before: Sequence[Any], after: Sequence[Any]) -> bool:
+    """Bitwise equality of every tensor input (NaN-safe), to catch in-place modification."""
+    for a, b in zip(before, after):
+        if isinstance(a, torch.Tensor):
+            if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+                return False
+            if a.numel() and not torch.equal(a.reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8)):
+                return False
+    return True
+
+
+def poison_tensors(values: Any) -> None:
+    """Fill tensors with NaN bytes before they are released, so nothing can inherit their contents."""
+    if isinstance(values, torch.Tensor):
+        tensor = values.detach()
+        if not tensor.numel():
+            return
+        if tensor.is_contiguous():
+            tensor.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
+        else:
+            tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
+    elif isinstance(values, (list, tuple)):
+        for v in values:
+            poison_tensors(v)
+
+
+def poison_free_cuda_memory(device: torch.device) -> int:
+    """Overwrite every free block in PyTorch's CUDA cache with NaN bytes; return bytes poisoned.
+
+    An uninitialised ``torch.empty`` in the candidate is served from these blocks, so it reads NaN
+    instead of whatever an earlier computation (e.g. a reference output) left there.
+    """
+    held = []
+    poisoned = 0
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device", device.index or 0) != (device.index or 0):
+            continue
+        for block in segment["blocks"]:
+            if block["state"] == "inactive" and block["size"] > 0:
+                held.append(torch.empty(block["size"], dtype=torch.uint8, device=device))
+    for tensor in held:
+        tensor.fill_(POISON_BYTE)
+        poisoned += tensor.numel()
+    torch.cuda.synchronize(device)
+    del held
+    return poisoned

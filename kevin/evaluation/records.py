@@ -1,0 +1,119 @@
+"""The records the evaluator produces: one candidate in, one EvalResult out.
+
+Records hold plain data (strings, numbers, enums) so they serialise to JSON and cross process
+boundaries; exceptions are turned into trimmed error text at the point they are caught.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(str, enum.Enum):
+    """Outcome of evaluating one candidate, in the order the phases can fail."""
+
+    PARSE_ERROR = "parse_error"
+    RULE_VIOLATION = "rule_violation"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    INCORRECT = "incorrect"
+    CORRECT = "correct"
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel to evaluate: a solution source for a task, with its place in a rollout."""
+
+    task_id: str
+    source: str
+    trajectory: int = 0
+    turn: int = 0
+    candidate_id: str = ""
+
+    @property
+    def key(self) -> str:
+        """Stable id: the explicit one, else a content hash of task and source."""
+        if self.candidate_id:
+            return self.candidate_id
+        digest = hashlib.sha256(f"{self.task_id}\0{self.source}".encode()).hexdigest()[:16]
+        return f"{self.task_id}:{digest}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class PhaseTimes:
+    """Wall seconds spent in each phase of one evaluation (0 when the phase did not run)."""
+
+    static: float = 0.0
+    compile: float = 0.0
+    load: float = 0.0
+    correctness: float = 0.0
+    profile: float = 0.0
+    timing: float = 0.0
+    total: float = 0.0
+
+
+@dataclass
+class EvalResult:
+    """The verdict on one candidate. ``score`` is the RL reward (RECIPE.md section 1)."""
+
+    task_id: str
+    candidate_id: str
+    status: Status
+    backend: str = "cpu"
+    rule_id: str = ""
+    compiled: bool = False
+    correct: bool = False
+    runtime_ms: float = 0.0
+    baseline_ms: float = 0.0
+    speedup: float = 0.0
+    score: float = 0.0
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    trials_passed: int = 0
+    trials_run: int = 0
+    flagged_speedup: bool = False
+    feedback: str = ""
+    error: str = ""
+    warnings: list[str] = field(default_factory=list)
+    times: PhaseTimes = field(default_factory=PhaseTimes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
+        data = dict(data)
+        data["status"] = Status(data["status"])
+        data["times"] = PhaseTimes(**data.get("times", {}))
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def kernel_score(correct: bool, speedup: float, rule_violation: bool = False) -> float:
+    """Kevin's kernel score: 0.3 * 1{correct} + speedup * 1{correct}; 0 on any rule violation."""
+    if rule_violation or not correct:
+        return 0.0
+    return 0.3 + speedup
+
+
+ERROR_TEXT_LIMIT = 4000
+
+
+def trim_error(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """Keep error text readable and bounded: the head (first errors) and the tail (the summary)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head - 40
+    return f"{text[:head]}\n... [{len(text) - head - tail} characters cut] ...\n{text[-tail:]}"

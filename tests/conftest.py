@@ -1,0 +1,75 @@
+"""Shared fixtures: a private compile cache per test session, the bundled relu task, source builders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests run only where a CUDA GPU exists (the device machine); CI skips them."""
+    if _has_cuda():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def _has_cuda() -> bool:
+    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """Compiled extensions and baselines for this test session (KEVIN_CACHE_DIR reuses one across runs)."""
+    shared = os.environ.get("KEVIN_CACHE_DIR")
+    return Path(shared) if shared else tmp_path_factory.mktemp("kevin-cache")
+
+
+@pytest.fixture(scope="session")
+def relu_task():
+    from kevin.tasks import load_task_file
+
+    return load_task_file(REPO / "data" / "tasks" / "level1" / "01_relu.py")
+
+
+def cpp_solution(body: str, forward: str = "return ext.relu_forward(x)", name: str = "t_ext", extra_py: str = "",
+                 functions: str = '["relu_forward"]') -> str:
+    """A cpu-backend solution for the relu task with the given C++ body and forward line."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{extra_py}
+src = r"""
+#include <torch/extension.h>
+{body}
+"""
+
+ext = load_inline(name="{name}", cpp_sources=src, functions={functions}, verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        {forward}
+'''
+
+
+RELU_BODY = """
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+"""

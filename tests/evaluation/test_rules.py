@@ -1,0 +1,151 @@
+"""Every static rule fires on its hack and stays quiet on honest solutions."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits, load_rules, static_hits
+from kevin.tasks import bundled_solutions_dir, load_bundled_suite
+from tests.conftest import RELU_BODY, cpp_solution
+
+RULES = load_rules()
+HONEST = cpp_solution(RELU_BODY)
+
+
+def ids(hits: list[RuleHit]) -> set[str]:
+    return {h.rule_id for h in hits}
+
+
+def hits_for(source: str, backend: str = "cpu", reference: str | None = None) -> set[str]:
+    return ids(static_hits(source, backend, RULES, reference))
+
+
+def test_honest_solution_has_no_hits():
+    assert hits_for(HONEST) == set()
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_every_bundled_reference_solution_passes_the_static_rules(backend):
+    tasks = load_bundled_suite()
+    checked = 0
+    for task in tasks:
+        path = bundled_solutions_dir(backend) / f"level{task.level}" / f"{task.name}.py"
+        if path.exists():
+            hits = static_hits(path.read_text(), backend, RULES, task.render())
+            assert hits == [], f"{path}: {[h.describe() for h in hits]}"
+            checked += 1
+    assert checked >= 1
+
+
+PYTHON_CASES = {
+    "forbidden_import": ["import threading", "import subprocess", "import time", "import gc", "import ctypes",
+                         "import numpy as np", "from os import system", "import inspect"],
+    "torch_compute": ["torch.relu(x)", "F.relu(x)", "x.sum()", "x @ x", "torch.matmul(x, x)", "x.t()",
+                      "torch.nn.functional.gelu(x)"],
+    "torch_namespaces": ["torch.ops.aten.relu(x)", "torch._C._nn.gelu(x)", "torch.library.Library('x', 'DEF')"],
+    "dynamic_code": ["eval('x')", "exec('y = 1')", "getattr(torch, 'relu')(x)", "__import__('gc')", "x.__class__",
+                     "globals()", "open('/etc/passwd')", "vars(torch)"],
+    "patching": ["torch.cuda.synchronize = print", "torch.relu = None", "setattr_target.attr = 1"],
+}
+
+
+@pytest.mark.parametrize("rule_id,snippet", [(r, s) for r, snippets in PYTHON_CASES.items() for s in snippets])
+def test_python_rule_fires(rule_id, snippet):
+    if snippet.startswith(("import", "from")):
+        source = HONEST.replace("import torch\n", f"import torch\n{snippet}\n", 1)
+    else:
+        source = HONEST.replace("return ext.relu_forward(x)", f"y = {snippet}\n        return ext.relu_forward(x)")
+        if "=" in snippet and "(" not in snippet.split("=")[0] and not snippet.startswith("y"):
+            source = HONEST.replace("return ext.relu_forward(x)", f"{snippet}\n        return ext.relu_forward(x)")
+    source = source.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+    assert rule_id in hits_for(source), f"{snippet!r} should break {rule_id}"
+
+
+def test_try_except_and_pass():
+    src = HONEST.replace("return ext.relu_forward(x)", "try:\n            return ext.relu_forward(x)\n        except Exception:\n            return x")
+    assert "try_except" in hits_for(src)
+    src = HONEST.replace("super().__init__()", "super().__init__()\n        pass")
+    assert "pass_statement" in hits_for(src)
+
+
+def test_global_state_is_patching():
+    src = HONEST.replace("return ext.relu_forward(x)", "global cache\n        return ext.relu_forward(x)")
+    assert "patching" in hits_for(src)
+
+
+def test_reference_inheritance_and_copy(relu_task):
+    sub = HONEST + "\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "reference_inheritance" in hits_for(sub)
+    inherit = HONEST.replace("class ModelNew(nn.Module):", "class ModelNew(Model):")
+    assert "reference_inheritance" in hits_for(inherit)
+    copy = HONEST.replace("return ext.relu_forward(x)", "return torch.relu(x)")
+    assert "reference_inheritance" in hits_for(copy, reference=relu_task.render())
+
+
+def test_calling_a_pytorch_layer_in_forward_is_compute_but_holding_it_is_not():
+    held = HONEST.replace("super().__init__()", "super().__init__()\n        self.conv = nn.Conv2d(3, 3, 3)")
+    assert hits_for(held) == set()
+    called = held.replace("return ext.relu_forward(x)", "return ext.relu_forward(self.conv(x))")
+    assert "torch_compute" in hits_for(called)
+
+
+def test_allocation_and_queries_are_allowed():
+    src = HONEST.replace("return ext.relu_forward(x)", "out = torch.empty_like(x)\n        n = x.shape[0] * x.size(1)\n        return ext.relu_forward(x)")
+    assert hits_for(src) == set()
+
+
+def test_inline_kernel_required():
+    no_ext = "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, x):\n        return x\n"
+    assert "inline_kernel_required" in hits_for(no_ext)
+    assert "inline_kernel_required" in hits_for(HONEST, backend="cuda")  # no __global__ kernel
+
+
+CPP_CASES = {
+    "cpp_torch_compute": ["return torch::matmul(x, x);", "return at::relu(x);", "return x.sum();", "cublasSgemm(h);",
+                          "#include <cudnn.h>", "#include <ATen/ops/matmul.h>", "return at::native::relu(x);",
+                          "auto y = x.exp();"],
+    "cpp_forbidden_calls": ["std::thread t([]{});", "pthread_create(0,0,0,0);", "#pragma omp parallel for",
+                            "cudaStreamCreate(&s);", "fork();", "system(\"ls\");", "exit(0);", "dlopen(\"x\", 0);",
+                            "#include <Python.h>", "PyObject* o = 0;", "py::module m;", "auto t = std::chrono::steady_clock::now();",
+                            "FILE* f = fopen(\"/etc/passwd\", \"r\");", "abort();"],
+    "try_except": ["try { f(); } catch (...) {}"],
+}
+
+
+@pytest.mark.parametrize("rule_id,line", [(r, s) for r, lines in CPP_CASES.items() for s in lines])
+def test_cpp_rule_fires(rule_id, line):
+    source = f"#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) {{\n{line}\nreturn x;\n}}\n"
+    assert rule_id in ids(cpp_rule_hits([source], RULES))
+
+
+def test_cpp_allowed_symbols_and_comments():
+    source = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+// unlike cuBLAS we do it by hand; at::matmul would be cheating
+torch::Tensor f(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    auto z = torch::zeros({x.size(0)}, x.options().dtype(torch::kFloat32));
+    auto s = at::cuda::getCurrentCUDAStream();
+    TORCH_CHECK(x.is_contiguous(), "x must be contiguous");
+    const float m = std::numeric_limits<float>::max();
+    return y;
+}
+"""
+    assert cpp_rule_hits([source], RULES) == []
+
+
+def test_flags_allow_list():
+    assert flag_hits(["-O3", "--use_fast_math", "-arch=sm_90"], RULES) == []
+    assert ids(flag_hits(["-lcublas"], RULES)) == {"load_inline_flags"}
+    assert ids(flag_hits(["--default-stream=per-thread"], RULES)) == {"load_inline_flags"}
+
+
+def test_rules_are_data():
+    relaxed = load_rules({"try_except": {"enabled": False}})
+    src = HONEST.replace("return ext.relu_forward(x)", "try:\n            return ext.relu_forward(x)\n        except Exception:\n            return x")
+    assert "try_except" not in ids(static_hits(src, "cpu", relaxed))
+    tightened = load_rules({"forbidden_import": {"allowed_modules": ["torch", "torch.nn"]}})
+    assert "forbidden_import" in ids(static_hits(HONEST, "cpu", tightened))
+    with pytest.raises(ValueError, match="unknown rule id"):
+        load_rules({"no_such_rule": {}})
