@@ -1,0 +1,141 @@
+"""The full evaluation path on the cpu backend with real compiled C++: every verdict kind and hack."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
+from tests.conftest import RELU_BODY, cpp_solution
+
+
+@pytest.fixture(scope="module")
+def evaluator(cache_dir):
+    return Evaluator(EvalConfig(backend="cpu", timing_trials=20, warmup_trials=2, timeout_s=20, cache_dir=str(cache_dir)))
+
+
+def judge(evaluator, task, source):
+    return evaluator.evaluate(task, source)
+
+
+def test_correct_kernel_scores_its_speedup(evaluator, relu_task):
+    r = judge(evaluator, relu_task, cpp_solution(RELU_BODY, name="t_ok"))
+    assert r.status is Status.CORRECT, r.error
+    assert r.correct and r.compiled and r.trials_passed == 5 and r.max_abs_error == 0.0
+    assert r.runtime_ms > 0 and r.baseline_ms > 0
+    assert r.speedup == pytest.approx(r.baseline_ms / r.runtime_ms)
+    assert r.score == pytest.approx(0.3 + r.speedup)
+    assert "correct" in r.feedback and f"{r.speedup:.2f}x" in r.feedback
+
+
+def test_wrong_result_is_incorrect(evaluator, relu_task):
+    body = RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]")
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_wrong"))
+    assert r.status is Status.INCORRECT and r.score == 0.0
+    assert "outside atol" in r.error
+
+
+def test_compile_error_shows_the_compiler_lines(evaluator, relu_task):
+    body = RELU_BODY.replace("auto y = torch::empty_like(xc);", "auto y = torch::empty_like(xc)  // missing semicolon\n    undeclared_thing;")
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_cerr"))
+    assert r.status is Status.COMPILE_ERROR and not r.compiled and r.score == 0.0
+    assert "error" in r.error and "undeclared_thing" in r.error
+    assert r.feedback.startswith("Your kernel failed to compile")
+
+
+def test_segfault_is_a_runtime_error(evaluator, relu_task):
+    body = RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;")
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_segv"))
+    assert r.status is Status.RUNTIME_ERROR and r.score == 0.0
+    assert "signal" in r.error or "without a valid verdict" in r.error
+
+
+def test_infinite_loop_in_cpp_times_out(evaluator, relu_task):
+    body = RELU_BODY.replace("return y;", "volatile int spin = 1; while (spin) {} return y;")
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_hang"))
+    assert r.status is Status.TIMEOUT and r.score == 0.0
+
+
+def test_in_place_input_modification_is_caught(evaluator, relu_task):
+    body = """
+torch::Tensor relu_forward(torch::Tensor x) {
+    float* p = x.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = p[i] > 0.f ? p[i] : 0.f;
+    return x;
+}
+"""
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_inplace"))
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "input_mutation" and r.score == 0.0
+
+
+def test_uninitialised_output_is_incorrect(evaluator, relu_task):
+    body = "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }"
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_uninit"))
+    assert r.status is Status.INCORRECT and r.score == 0.0
+
+
+def test_output_cached_by_input_pointer_is_incorrect(evaluator, relu_task):
+    body = RELU_BODY.replace("torch::Tensor relu_forward(torch::Tensor x) {", """
+#include <unordered_map>
+static std::unordered_map<const void*, torch::Tensor> cache;
+torch::Tensor relu_forward_impl(torch::Tensor x);
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto it = cache.find(x.data_ptr());
+    if (it != cache.end()) return it->second;
+    auto y = relu_forward_impl(x);
+    cache[x.data_ptr()] = y;
+    return y;
+}
+torch::Tensor relu_forward_impl(torch::Tensor x) {""")
+    r = judge(evaluator, relu_task, cpp_solution(body, name="t_cache"))
+    assert r.status is Status.INCORRECT and r.score == 0.0
+
+
+def test_tensor_arithmetic_in_python_is_caught_at_run_time(evaluator, relu_task):
+    src = cpp_solution(RELU_BODY, name="t_pyadd", forward="return ext.relu_forward(x) * 1.0")
+    r = judge(evaluator, relu_task, src)
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "torch_compute_runtime" and r.score == 0.0
+
+
+def test_tensor_subclass_output_is_rejected(evaluator, relu_task):
+    extra = "\n\nclass Lazy(torch.Tensor):\n    def sum_later(self):\n        return 0\n"
+    src = cpp_solution(RELU_BODY, name="t_sub", extra_py=extra, forward="return ext.relu_forward(x).as_subclass(Lazy)")
+    r = judge(evaluator, relu_task, src)
+    assert r.status is Status.RULE_VIOLATION and r.rule_id in ("output_type", "torch_compute_runtime")
+
+
+def test_early_exit_with_no_verdict_scores_zero(evaluator, relu_task):
+    src = cpp_solution(RELU_BODY, name="t_exit", extra_py="import os", forward="os._exit(0)")
+    r = judge(evaluator, relu_task, src)
+    assert r.status is Status.RUNTIME_ERROR and r.score == 0.0
+    assert "without a valid verdict" in r.error
+
+
+def test_timer_patching_is_caught_at_run_time_even_with_static_rules_off(cache_dir, relu_task):
+    relaxed = EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir),
+                         rules={"forbidden_import": {"enabled": False}, "patching": {"enabled": False}})
+    src = cpp_solution(RELU_BODY, name="t_timer", extra_py="import time\ntime.perf_counter_ns = lambda: 0")
+    r = Evaluator(relaxed).evaluate(relu_task, src)
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "harness_tampering"
+
+
+def test_static_violation_costs_no_compile(evaluator, relu_task):
+    r = judge(evaluator, relu_task, cpp_solution(RELU_BODY, forward="return torch.sigmoid(x)"))
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "torch_compute" and not r.compiled
+    assert r.times.compile == 0.0
+
+
+@pytest.mark.parametrize("source,expected", [("", "empty"), ("\x00\x01binary", "binary"), ("def f(:\n", "not valid Python"),
+                                             ("import torch\nx = 1\n", "ModelNew")])
+def test_unparseable_input_is_a_parse_error(evaluator, relu_task, source, expected):
+    r = judge(evaluator, relu_task, source)
+    assert r.status is Status.PARSE_ERROR and expected in r.error and r.score == 0.0
+
+
+def test_batch_crash_then_correct_and_results_in_order(evaluator, relu_task):
+    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    good = cpp_solution(RELU_BODY, name="t_ok")
+    wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
+    items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"c{i}")) for i, s in enumerate([crash, good, wrong, good])]
+    results = evaluator.evaluate_many(items)
+    assert [r.candidate_id for r in results] == ["c0", "c1", "c2", "c3"]
+    assert [r.status for r in results] == [Status.RUNTIME_ERROR, Status.CORRECT, Status.INCORRECT, Status.CORRECT]
