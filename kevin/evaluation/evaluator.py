@@ -177,6 +177,15 @@ class Evaluator:
         return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
                          f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"])
 
+    def measure_reference_ms(self, task: Task, device: str | None = None) -> float:
+        """Time the PyTorch reference now, in a fresh process (no cache): reproducibility checks."""
+        outcome = self._run("baseline", task, "", device or self._devices()[0])
+        verdict = outcome.verdict
+        if not verdict or verdict.get("status") != "correct":
+            detail = (verdict or {}).get("error") or outcome.stderr_tail[-2000:]
+            raise RuntimeError(f"timing the reference of {task.task_id} failed: {detail}")
+        return float(verdict["runtime_ms"])
+
     def baseline_ms(self, task: Task, device: str | None = None) -> float:
         """PyTorch eager time of the task (cached); measured in its own harness process."""
         key = self.baseline_key(task)
@@ -186,14 +195,8 @@ class Evaluator:
             cached = self.baselines.get(key)
             if cached is not None:
                 return cached
-            device = device or self._devices()[0]
-            outcome = self._run("baseline", task, "", device)
-            verdict = outcome.verdict
-            if not verdict or verdict.get("status") != "correct":
-                detail = (verdict or {}).get("error") or outcome.stderr_tail[-2000:]
-                raise RuntimeError(f"baseline of {task.task_id} failed: {detail}")
-            ms = float(verdict["runtime_ms"])
-            self.baselines.put(key, ms, {"stats": verdict.get("runtime_stats", {}), "measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            ms = self.measure_reference_ms(task, device)
+            self.baselines.put(key, ms, {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
             return ms
 
     # -- verdicts ----------------------------------------------------------------------------
@@ -334,11 +337,14 @@ class Evaluator:
                 if i is None:
                     return
                 task, cand = items[i]
+                began = time.monotonic()
                 result = self._run_phase(task, cand, device)
+                self.run_intervals.append((device, began, time.monotonic()))
                 result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
                 done(i, result)
 
         self._compile_times: dict[int, float] = {}
+        self.run_intervals: list[tuple[str, float, float]] = []  # (device, start, end) of run phases, for busy-share figures
         runners = [threading.Thread(target=run_worker, args=(d,), daemon=True) for d in devices]
         if overlap:
             for t in runners:

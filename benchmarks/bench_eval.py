@@ -1,0 +1,149 @@
+"""Evaluation throughput on the device machine: our batch evaluator against stock load_inline.
+
+    python benchmarks/bench_eval.py --backend cuda --n 32 --stock 3 --out docs/bench_eval_latest.md
+
+Prints, for a fixed mix of candidates (bundled reference solutions alternating level 1 and 2, plus
+four that fail to compile): compile seconds per candidate (median, p90) from a cold cache, end-to-end
+candidates per minute, GPU busy share (union of run phases over wall time), and the same sources
+compiled serially by stock ``load_inline`` in fresh processes (a subset, --stock) as the ratio baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
+from kevin.evaluation.candidates import reference_candidates  # noqa: E402
+from kevin.evaluation.report import summarise  # noqa: E402
+from kevin.tasks import load_bundled_suite  # noqa: E402
+
+STOCK_SNIPPET = r"""
+import sys, time, tempfile, types
+from torch.utils import cpp_extension
+real = cpp_extension.load_inline
+def stock(*a, **k):
+    k["build_directory"] = tempfile.mkdtemp(prefix="stock-")
+    k["verbose"] = False
+    return real(*a, **k)
+cpp_extension.load_inline = stock
+src = open(sys.argv[1]).read()
+t = time.perf_counter()
+exec(compile(src, "<solution>", "exec"), types.ModuleType("m").__dict__)
+print(time.perf_counter() - t)
+"""
+
+
+def mix(backend: str, n: int) -> list:
+    tasks = load_bundled_suite()
+    l1 = [t for t in tasks if t.level == 1]
+    l2 = [t for t in tasks if t.level == 2]
+    ordered = [t for pair in zip(l1, l2) for t in pair][:n]
+    items = reference_candidates(ordered, backend)
+    broken = []
+    for task, cand in items[:4]:
+        src = cand.source.replace("return ", "return undeclared_symbol_xyz + ", 1) if backend == "cpu" else cand.source.replace("__global__ void", "__global__ void broken(", 1)
+        broken.append((task, Candidate(task.task_id, src, candidate_id=f"broken:{task.task_id}")))
+    return items + broken
+
+
+def busy_share(intervals: list[tuple[str, float, float]], wall: float) -> float:
+    """Share of wall time during which at least one device ran a candidate (mean over devices)."""
+    by_device: dict[str, list[tuple[float, float]]] = {}
+    for dev, a, b in intervals:
+        by_device.setdefault(dev, []).append((a, b))
+    shares = []
+    for spans in by_device.values():
+        spans.sort()
+        total, cur_a, cur_b = 0.0, None, None
+        for a, b in spans:
+            if cur_b is None or a > cur_b:
+                if cur_b is not None:
+                    total += cur_b - cur_a
+                cur_a, cur_b = a, b
+            else:
+                cur_b = max(cur_b, b)
+        if cur_b is not None:
+            total += cur_b - cur_a
+        shares.append(total / wall if wall else 0.0)
+    return statistics.fmean(shares) if shares else 0.0
+
+
+def stock_compile_seconds(items: list, k: int) -> list[float]:
+    out = []
+    for task, cand in items[:k]:
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write(cand.source)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+        proc = subprocess.run([sys.executable, "-c", STOCK_SNIPPET, f.name], capture_output=True, text=True, env=env, timeout=900)
+        if proc.returncode == 0:
+            out.append(float(proc.stdout.strip().splitlines()[-1]))
+        else:
+            print(f"stock compile of {task.task_id} failed: {proc.stderr[-500:]}", file=sys.stderr)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--stock", type=int, default=3, help="candidates compiled serially with stock load_inline")
+    ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    items = mix(args.backend, args.n)
+    cache = tempfile.mkdtemp(prefix="kevin-bench-cache-")
+    cfg = EvalConfig(backend=args.backend, cache_dir=cache, compile_workers=args.workers)
+    ev = Evaluator(cfg)
+    # Baselines are cached per task x hardware; measure them first so the figures below are steady state.
+    t = time.perf_counter()
+    for task in {task.task_id: task for task, _ in items}.values():
+        ev.baseline_ms(task)
+    baseline_s = time.perf_counter() - t
+    t = time.perf_counter()
+    results = ev.evaluate_many(items, show_progress=True)
+    wall = time.perf_counter() - t
+    s = summarise(results)
+    compiled = sorted(r.times.compile for r in results if r.times.compile > 0)
+    stock = stock_compile_seconds([it for it in items if not it[1].candidate_id.startswith("broken")], args.stock)
+    ours_med = statistics.median(compiled) if compiled else 0.0
+    stock_med = statistics.median(stock) if stock else 0.0
+    lines = [
+        f"# Evaluation benchmark ({time.strftime('%Y-%m-%d %H:%M')} UTC, backend {args.backend})",
+        "",
+        f"command: `python benchmarks/bench_eval.py --backend {args.backend} --n {args.n} --stock {args.stock}`",
+        f"hardware: {ev.hardware}; cores: {os.cpu_count()}; compile workers: {cfg.compile_workers or max(1, (os.cpu_count() or 2) // 2)}",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+        f"| candidates | {len(items)} ({s['status_counts']}) |",
+        f"| baselines measured first | {baseline_s:.1f} s |",
+        f"| compile s per candidate, ours (median / p90) | {ours_med:.1f} / {compiled[int(0.9 * (len(compiled) - 1))] if compiled else 0:.1f} |",
+        f"| compile s per candidate, stock load_inline serial (median of {len(stock)}) | {stock_med:.1f} |",
+        f"| compile speed ratio stock/ours (median) | {stock_med / ours_med if ours_med else 0:.2f}x |",
+        f"| end-to-end wall | {wall:.1f} s |",
+        f"| candidates per minute, ours | {len(items) / wall * 60:.1f} |",
+        f"| candidates per minute, stock serial compile alone (estimate: median x n) | {60 / stock_med if stock_med else 0:.2f} |",
+        f"| GPU busy share | {busy_share(ev.run_intervals, wall):.0%} |",
+        "",
+        "per candidate: " + json.dumps([[r.task_id, r.status.value, round(r.times.compile, 1), round(r.speedup, 3)] for r in results]),
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
