@@ -100,9 +100,15 @@ def main() -> None:
     ap.add_argument("--stock", type=int, default=3, help="candidates compiled serially with stock load_inline")
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--out", default="")
+    ap.add_argument("--cache", default="", help="compile/baseline cache (default: a fresh temporary folder)")
+    ap.add_argument("--stock-only", action="store_true", help="only compile --stock candidates with stock load_inline")
     args = ap.parse_args()
     items = mix(args.backend, args.n)
-    cache = tempfile.mkdtemp(prefix="kevin-bench-cache-")
+    if args.stock_only:
+        stock = stock_compile_seconds([it for it in items if not it[1].candidate_id.startswith("broken")], args.stock)
+        print(json.dumps({"stock_load_inline_compile_s": stock, "tasks": [t.task_id for t, _ in items[: len(stock)]]}))
+        return
+    cache = args.cache or tempfile.mkdtemp(prefix="kevin-bench-cache-")
     cfg = EvalConfig(backend=args.backend, cache_dir=cache, compile_workers=args.workers)
     ev = Evaluator(cfg)
     # Baselines are cached per task x hardware; measure them first so the figures below are steady state.

@@ -15,7 +15,7 @@ import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Kevin: multi-turn RL for fast, correct GPU kernels.")
 
-BACKEND_HELP = "cuda (inline CUDA on a GPU) or cpu (inline C++)"
+BACKEND_HELP = "cuda (inline CUDA on a GPU) or cpu (inline C++); default: params.yaml, else cpu"
 
 
 def _die(message: str) -> None:
@@ -54,7 +54,7 @@ def _load_task(path: Path):
 def eval_cmd(
     task_file: Path = typer.Argument(..., help="KernelBench-format task file (defines Model, get_inputs, get_init_inputs)"),
     solution_file: Path = typer.Argument(..., help="solution file defining ModelNew"),
-    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    backend: str = typer.Option("", help=BACKEND_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
     profile: str = typer.Option("", help="task size profile (default: cpu on the cpu backend, the task's own sizes on cuda)"),
     timing_trials: int = typer.Option(0, help="timed calls (0: the configured default, 100)"),
@@ -84,7 +84,7 @@ def eval_cmd(
 def eval_batch_cmd(
     candidates: Path = typer.Argument(..., help="a directory of solutions named after tasks (levelN/NAME.py or NAME.py), or a JSONL file of {task_id, source}"),
     tasks: str = typer.Option("bundled", help="'bundled' or the path of a KernelBench checkout"),
-    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    backend: str = typer.Option("", help=BACKEND_HELP),
     out: Optional[Path] = typer.Option(None, help="write one EvalResult JSON per line here"),
     timing_trials: int = typer.Option(0, help="timed calls (0: configured default)"),
     correctness_trials: int = typer.Option(0, help="correctness trials (0: configured default)"),
@@ -116,7 +116,7 @@ def eval_batch_cmd(
 
 @app.command("suite")
 def suite_cmd(
-    backend: str = typer.Option("cpu", help=BACKEND_HELP),
+    backend: str = typer.Option("", help=BACKEND_HELP),
     levels: str = typer.Option("1,2", help="comma-separated levels of the bundled suite"),
     limit: int = typer.Option(0, help="evaluate only the first N tasks (0: all)"),
     out: Path = typer.Option(Path("outputs/suite"), help="folder for results.jsonl and summary.json"),
@@ -136,8 +136,8 @@ def suite_cmd(
     task_list = load_bundled_suite(level_tuple)
     if limit:
         task_list = task_list[:limit]
-    items = reference_candidates(task_list, backend)
     cfg = _config(backend, "", timing_trials, 0, params)
+    items = reference_candidates(task_list, cfg.backend)
     try:
         evaluator = Evaluator(cfg)
     except RuntimeError as exc:

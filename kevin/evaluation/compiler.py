@@ -144,6 +144,8 @@ class InlineCompiler:
         params["use_pch"] = self.use_pch and not params.get("extra_cflags")
         os.environ["MAX_JOBS"] = str(self.max_jobs)
         start = time.perf_counter()
+        if params["use_pch"]:
+            self._ensure_pch()
         try:
             module = original(**params)
         except Exception as exc:  # the compiler's verdict, handed back to the policy
@@ -151,6 +153,21 @@ class InlineCompiler:
         finally:
             self.compile_seconds += time.perf_counter() - start
         return ExtensionProxy(module, self.call_counter)
+
+    def _ensure_pch(self) -> None:
+        """Build torch's shared precompiled header once, under a lock: parallel compile workers would
+        otherwise all write the same .gch file at the same time."""
+        import fcntl
+
+        from torch.utils import cpp_extension
+
+        build = getattr(cpp_extension, "_check_and_build_extension_h_precompiler_headers", None)
+        if build is None:
+            return
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.cache_dir / "pch.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            build([], [])
 
     def missing_inline_kernel(self) -> RuleHit | None:
         """After the solution is imported: was real inline compute handed to the compiler?"""

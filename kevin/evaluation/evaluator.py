@@ -112,6 +112,8 @@ class Evaluator:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.baselines = BaselineCache(self.cache_dir / "baselines.json")
         self._baseline_locks: dict[str, threading.Lock] = {}
+        workers = self.config.compile_workers or max(1, (os.cpu_count() or 2) // 2)
+        self._max_jobs = max(1, (os.cpu_count() or 2) // workers)  # compiler jobs per compile worker: never oversubscribe
         self._lock = threading.Lock()
         if self.config.backend == "cuda":
             names, arch = gpu_info()
@@ -149,7 +151,7 @@ class Evaluator:
             "solution_source": source,
             "config": {**self.config.to_dict(), "cache_dir": str(self.cache_dir)},
             "device": device,
-            "max_jobs": 2,
+            "max_jobs": self._max_jobs,
         }
 
     def _run(self, mode: str, task: Task, source: str, device: str) -> JobOutcome:
@@ -314,9 +316,7 @@ class Evaluator:
             else:
                 compile_q.append(i)
         devices = self._devices()
-        # Baselines first (one process per task, once), so GPU time is not interleaved with them later.
-        for task in {items[i][0].task_id: items[i][0] for i in compile_q}.values():
-            self.baseline_ms(task, devices[0])
+        # Baselines are measured lazily by the run workers (once per task, cached), overlapping compiles.
         run_q: queue.Queue[int | None] = queue.Queue()
         workers = self.config.compile_workers or max(1, (os.cpu_count() or 2) // 2)
         overlap = self.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings

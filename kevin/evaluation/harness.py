@@ -140,10 +140,12 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             torch.empty(1, device=self.device)  # create the context before any candidate code
-        # Start PyTorch's lazy thread pools and the profiler once, so later thread counts are stable.
-        torch.randn(1 << 16).sum()
-        with torch.profiler.profile(activities=self._profiler_activities()):
-            torch.ones(8, device=self.device).sum()
+        # Start PyTorch's lazy thread pools and the profiler once, so later thread counts are stable
+        # (baseline jobs run no candidate code and skip this).
+        if self.job["mode"] == "run":
+            torch.randn(1 << 16).sum()
+            with torch.profiler.profile(activities=self._profiler_activities()):
+                torch.ones(8, device=self.device).sum()
 
     def _profiler_activities(self) -> list[Any]:
         from torch.profiler import ProfilerActivity
@@ -178,7 +180,10 @@ class Session:
         self.compiler.original = cpp_extension.load_inline
         extras = [("task", self.task)] + ([("task.Model", self.task.Model)] if self.task else [])
         self.integrity = IntegritySnapshot(extras)
+        import threading
+
         self.threads_before = thread_count()
+        self.python_threads_before = threading.active_count()
         cpp_extension.load_inline = self.compiler.load_inline
         start = time.perf_counter()
         try:
@@ -234,8 +239,18 @@ class Session:
         changed = self.integrity.changed()
         if changed:
             self.fail("rule_violation", f"tampering: {changed}", rule_id="harness_tampering")
+        import threading
+
+        if threading.active_count() > self.python_threads_before:
+            self.fail("rule_violation", "the candidate started Python threads", rule_id="threads_spawned")
         if thread_count() > self.threads_before:
-            self.fail("rule_violation", "the candidate started threads", rule_id="threads_spawned")
+            if self.device.type == "cpu":
+                self.fail("rule_violation", "the candidate started threads", rule_id="threads_spawned")
+            # The CUDA driver may start helper threads lazily (module loading, first launches), so on
+            # cuda new native threads are reported, not punished; C++ thread creation is a static rule.
+            note = "native thread count grew during the candidate's calls"
+            if note not in self.verdict.warnings:
+                self.verdict.warnings.append(note)
 
     # -- correctness -------------------------------------------------------------------------
 

@@ -1,11 +1,21 @@
-"""GPU tests (device machine): the CUDA references, the published hacks, and crash isolation."""
+"""GPU tests (device machine): the CUDA references, the published hacks, crash isolation, timing.
+
+Candidates are evaluated in batches (parallel compiles) in module fixtures; tests assert on them.
+The suite test also writes the evaluation figures (compile seconds, candidates per minute, GPU busy
+share) to $OUT/gpu_suite_figures.json when OUT is set.
+"""
 
 from __future__ import annotations
+
+import json
+import os
+import time
 
 import pytest
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.candidates import reference_candidates
+from kevin.evaluation.report import summarise
 from kevin.tasks import load_bundled_suite
 
 pytestmark = pytest.mark.gpu
@@ -23,8 +33,25 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 '''
 
+HACKS = {
+    # KernelBench's famous case: return memory that was never written, hoping it holds the reference's result.
+    "uninitialised_output": "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }",
+    # Zero the input so a reference run on it afterwards agrees with a zero output.
+    "input_zeroing": RELU_CUDA.replace("return y;", "cudaMemset(x.data_ptr<float>(), 0, n * sizeof(float)); "
+                                       "cudaMemset(y.data_ptr<float>(), 0, n * sizeof(float)); return y;"),
+    # Do the work on a side stream so default-stream timing sees nothing.
+    "side_stream": RELU_CUDA.replace("relu_kernel<<<(n + 255) / 256, 256>>>",
+                                     "cudaStream_t s; cudaStreamCreate(&s); relu_kernel<<<(n + 255) / 256, 256, 0, s>>>"),
+    # A decoy kernel that never runs; the compute goes to ATen.
+    "decoy": RELU_CUDA.replace("relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);\n    return y;",
+                               "return at::relu(x);"),
+    # An illegal memory access, then an honest kernel in the same batch.
+    "illegal_memory_access": RELU_CUDA.replace("if (i < n) out[i]", "if (i < n) out[i + ((int64_t)1 << 40)]"),
+    "honest": RELU_CUDA,
+}
 
-def cuda_solution(body: str, name: str, extra_flags: str = "") -> str:
+
+def cuda_solution(body: str, name: str) -> str:
     return f'''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -35,7 +62,7 @@ cuda_src = r"""
 {body}
 """
 ext = load_inline(name="{name}", cpp_sources="torch::Tensor relu_forward(torch::Tensor x);", cuda_sources=cuda_src,
-                  functions=["relu_forward"], verbose=False{extra_flags})
+                  functions=["relu_forward"], verbose=False)
 
 
 class ModelNew(nn.Module):
@@ -47,75 +74,81 @@ class ModelNew(nn.Module):
 '''
 
 
-@pytest.fixture(scope="module")
-def evaluator(tmp_path_factory):
-    import os
-
-    cache = os.environ.get("KEVIN_CACHE_DIR") or str(tmp_path_factory.mktemp("cache"))
-    return Evaluator(EvalConfig(backend="cuda", cache_dir=cache, compile_workers=int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))))
+def _config(**over) -> EvalConfig:
+    cache = os.environ.get("KEVIN_CACHE_DIR", "")
+    workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
+    return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
 
 
 @pytest.fixture(scope="module")
-def relu(evaluator):
+def evaluator():
+    return Evaluator(_config())
+
+
+@pytest.fixture(scope="module")
+def relu():
     return [t for t in load_bundled_suite((1,)) if t.name == "01_relu"][0]
 
 
-def test_every_cuda_reference_solution_is_correct(evaluator):
-    tasks = load_bundled_suite()
-    items = reference_candidates(tasks, "cuda")
-    assert len(items) == len(tasks)
+@pytest.fixture(scope="module")
+def suite_results(evaluator):
+    items = reference_candidates(load_bundled_suite(), "cuda")
+    start = time.perf_counter()
     results = evaluator.evaluate_many(items, show_progress=True)
+    wall = time.perf_counter() - start
+    figures = {**summarise(results), "wall_s": wall, "candidates_per_min": len(results) / wall * 60,
+               "results": [[r.task_id, r.status.value, round(r.times.compile, 1), round(r.runtime_ms, 4),
+                            round(r.baseline_ms, 4), round(r.speedup, 3), r.warnings] for r in results]}
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "gpu_suite_figures.json"), "w") as handle:
+            json.dump(figures, handle, indent=1)
+    return items, results
+
+
+@pytest.fixture(scope="module")
+def hack_results(evaluator, relu):
+    names = sorted(HACKS)
+    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], f"hack_{n}"), candidate_id=n)) for n in names]
+    # The illegal access goes right before the honest kernel: the next candidate must be unaffected.
+    items.sort(key=lambda it: (it[1].candidate_id == "honest", it[1].candidate_id))
+    return {r.candidate_id: r for r in evaluator.evaluate_many(items)}
+
+
+def test_every_cuda_reference_solution_is_correct(suite_results):
+    items, results = suite_results
+    assert len(results) == len(load_bundled_suite()) == len(items)
     bad = {r.task_id: f"{r.status.value} {r.rule_id}: {r.error[:300]}" for r in results if r.status is not Status.CORRECT}
     assert not bad, bad
 
 
 def test_reference_against_reference_speedup_is_one(evaluator):
-    """The PyTorch reference timed in a fresh process against its cached baseline: 0.9-1.1 on every task."""
+    """The PyTorch reference timed again in a fresh process against its cached baseline: 0.9-1.1 on every task."""
     ratios = {}
     for task in load_bundled_suite():
-        cached = evaluator.baseline_ms(task)
-        fresh = evaluator.measure_reference_ms(task)
-        ratios[task.task_id] = cached / fresh
+        ratios[task.task_id] = evaluator.baseline_ms(task) / evaluator.measure_reference_ms(task)
+    print("reference/reference speedups:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     outside = {k: round(v, 3) for k, v in ratios.items() if not 0.9 <= v <= 1.1}
-    print("reference/reference speedups:", {k: round(v, 3) for k, v in ratios.items()})
     assert not outside, outside
 
 
-HACKS = {
-    # KernelBench's famous case: return memory that was never written, hoping it holds the reference's result.
-    "uninitialised_output": "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }",
-    # Zero the input so the reference, run afterwards on it, agrees with a zero output.
-    "input_zeroing": RELU_CUDA.replace("return y;", "cudaMemset(x.data_ptr<float>(), 0, n * sizeof(float)); cudaMemset(y.data_ptr<float>(), 0, n * sizeof(float)); return y;"),
-    # Do the work on a side stream so default-stream timing sees nothing.
-    "side_stream": RELU_CUDA.replace("relu_kernel<<<(n + 255) / 256, 256>>>", "cudaStream_t s; cudaStreamCreate(&s); relu_kernel<<<(n + 255) / 256, 256, 0, s>>>"),
-    # A decoy kernel that never runs; the compute goes to ATen.
-    "decoy": RELU_CUDA.replace("relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);\n    return y;", "return at::relu(x);"),
-}
+@pytest.mark.parametrize("hack", ["uninitialised_output", "input_zeroing", "side_stream", "decoy", "illegal_memory_access"])
+def test_published_hacks_score_zero(hack_results, hack):
+    r = hack_results[hack]
+    print(hack, r.status.value, r.rule_id, r.error[:200])
+    assert r.score == 0.0 and r.status is not Status.CORRECT
 
 
-@pytest.mark.parametrize("hack", sorted(HACKS))
-def test_published_hacks_score_zero(evaluator, relu, hack):
-    r = evaluator.evaluate(relu, cuda_solution(HACKS[hack], name=f"hack_{hack}"))
-    assert r.score == 0.0 and r.status is not Status.CORRECT, (r.status, r.rule_id, r.error)
+def test_illegal_memory_access_does_not_reach_the_next_candidate(hack_results):
+    assert hack_results["illegal_memory_access"].status is Status.RUNTIME_ERROR
+    honest = hack_results["honest"]
+    assert honest.status is Status.CORRECT and honest.score > 0.3, honest.error
 
 
-@pytest.mark.parametrize("hack", ["side_stream", "decoy"])
-def test_runtime_checks_catch_hacks_the_static_rules_were_told_to_allow(evaluator, relu, hack):
-    cfg = EvalConfig(**{**evaluator.config.to_dict(), "rules": {"cpp_forbidden_calls": {"enabled": False},
-                                                               "cpp_torch_compute": {"enabled": False}}})
-    r = Evaluator(cfg).evaluate(relu, cuda_solution(HACKS[hack], name=f"hack_rt_{hack}"))
-    if hack == "decoy":
-        assert r.status is Status.RULE_VIOLATION and r.rule_id in ("torch_compute_runtime", "decoy_kernel", "foreign_kernel")
-    else:  # side-stream work is still timed (whole-device sync): correct, and no faster than honest work
-        assert r.status in (Status.CORRECT, Status.RULE_VIOLATION)
-        if r.correct:
-            assert r.speedup < 3.0
-
-
-def test_illegal_memory_access_then_correct_in_one_batch(evaluator, relu):
-    ima = RELU_CUDA.replace("if (i < n) out[i]", "if (i < n) out[i + (int64_t)1 << 40]")
-    items = [(relu, Candidate(relu.task_id, cuda_solution(ima, name="ima"), candidate_id="ima")),
-             (relu, Candidate(relu.task_id, cuda_solution(RELU_CUDA, name="relu_ok"), candidate_id="ok"))]
-    first, second = evaluator.evaluate_many(items)
-    assert first.status is Status.RUNTIME_ERROR and first.score == 0.0
-    assert second.status is Status.CORRECT and second.score > 0.3
+def test_runtime_checks_catch_a_decoy_the_static_rules_were_told_to_allow(relu):
+    relaxed = Evaluator(_config(rules={"cpp_forbidden_calls": {"enabled": False}, "cpp_torch_compute": {"enabled": False}}))
+    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], f"hack_{n}"), candidate_id=n)) for n in ("decoy", "side_stream")]
+    decoy, side = relaxed.evaluate_many(items)
+    assert decoy.status is Status.RULE_VIOLATION and decoy.rule_id in ("torch_compute_runtime", "decoy_kernel", "foreign_kernel")
+    # Side-stream work is still inside the timed region (whole-device sync): no fake speedup.
+    print("side stream with static rules off:", side.status.value, side.rule_id, round(side.speedup, 3))
+    assert not side.correct or side.speedup < 3.0

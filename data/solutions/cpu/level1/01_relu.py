@@ -1,0 +1,35 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu_forward(torch::Tensor x) {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "relu_forward expects float32");
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    const int64_t n = xc.numel();
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    }
+    return y;
+}
+"""
+
+relu_ext = load_inline(
+    name="kevin_l1_relu_cpu",
+    cpp_sources=cpp_source,
+    functions=["relu_forward"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return relu_ext.relu_forward(x)

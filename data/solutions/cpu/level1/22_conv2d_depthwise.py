@@ -1,0 +1,68 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cpp_source = r"""
+#include <torch/extension.h>
+
+// Depthwise 2D convolution: channel c of the output only sees channel c of the input.
+// x: (N, C, H, W), w: (C, 1, KH, KW), b: (C). Zero padding, accumulation in double.
+torch::Tensor dwconv2d_forward(torch::Tensor x, torch::Tensor w, torch::Tensor b, int64_t stride, int64_t padding) {
+    TORCH_CHECK(x.scalar_type() == torch::kFloat32, "float32 expected");
+    TORCH_CHECK(x.dim() == 4 && w.dim() == 4 && w.size(0) == x.size(1) && w.size(1) == 1, "shape mismatch");
+    auto xc = x.contiguous();
+    auto wc = w.contiguous();
+    auto bc = b.contiguous();
+    const int64_t N = xc.size(0), C = xc.size(1), H = xc.size(2), W = xc.size(3);
+    const int64_t KH = wc.size(2), KW = wc.size(3);
+    const int64_t OH = (H + 2 * padding - KH) / stride + 1;
+    const int64_t OW = (W + 2 * padding - KW) / stride + 1;
+    auto y = torch::empty({N, C, OH, OW}, xc.options());
+    const float* px = xc.data_ptr<float>();
+    const float* pw = wc.data_ptr<float>();
+    const float* pb = bc.data_ptr<float>();
+    float* py = y.data_ptr<float>();
+    for (int64_t n = 0; n < N; ++n) {
+        for (int64_t c = 0; c < C; ++c) {
+            const float* xp = px + (n * C + c) * H * W;
+            const float* wp = pw + c * KH * KW;
+            float* yp = py + (n * C + c) * OH * OW;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                    double acc = pb[c];
+                    for (int64_t kh = 0; kh < KH; ++kh) {
+                        const int64_t ih = oh * stride - padding + kh;
+                        if (ih < 0 || ih >= H) continue;
+                        for (int64_t kw = 0; kw < KW; ++kw) {
+                            const int64_t iw = ow * stride - padding + kw;
+                            if (iw < 0 || iw >= W) continue;
+                            acc += (double)xp[ih * W + iw] * (double)wp[kh * KW + kw];
+                        }
+                    }
+                    yp[oh * OW + ow] = (float)acc;
+                }
+            }
+        }
+    }
+    return y;
+}
+"""
+
+dwconv_ext = load_inline(
+    name="kevin_l1_conv2d_depthwise_cpu",
+    cpp_sources=cpp_source,
+    functions=["dwconv2d_forward"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, channels: int, kernel_size: int, stride: int, padding: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, kernel_size, stride=stride, padding=padding,
+                              groups=channels, bias=True)
+        self.stride = stride
+        self.padding = padding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dwconv_ext.dwconv2d_forward(x, self.conv.weight, self.conv.bias, self.stride, self.padding)

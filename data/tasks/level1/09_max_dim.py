@@ -1,0 +1,30 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Maximum values of a 3D tensor over dimension `dim` (1 here); the indices are discarded."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.max(x, dim=self.dim)[0]
+
+
+batch_size = 64
+dim1 = 4096
+dim2 = 512
+reduce_dim = 1
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2)]
+
+
+def get_init_inputs():
+    return [reduce_dim]
+
+
+KEVIN_PROFILES = {"cpu": {"batch_size": 8, "dim1": 256, "dim2": 128}}

@@ -1,0 +1,35 @@
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Same-padded Conv2d, softmax over the channel dimension, then a learned per-channel scale."""
+
+    def __init__(self, in_channels, out_channels, kernel_size):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+        self.scale = nn.Parameter(torch.rand(out_channels, 1, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        x = torch.softmax(x, dim=1)
+        return x * self.scale
+
+
+batch_size = 32
+in_channels = 32
+out_channels = 64
+height = 128
+width = 128
+kernel_size = 3
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size]
+
+
+KEVIN_PROFILES = {"cpu": {"batch_size": 2, "in_channels": 4, "out_channels": 16, "height": 16, "width": 16}}

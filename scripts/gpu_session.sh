@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Device-machine calls for the evaluation issue. PART=1: hacks + the whole suite (cold cache);
+# PART=2: reference-vs-reference timing (warm cache) + stock load_inline compile sample.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" KEVIN_COMPILE_WORKERS=${WORKERS:-16}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+date -u; nvidia-smi -L; nproc; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+if [ "${PART:-1}" = 1 ]; then
+  timeout ${T1:-540} python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -s -k "not reference_against" 2>&1 \
+    | grep -v '^evaluating' | tee "$OUT/gpu_tests_part1.log"
+else
+  timeout ${T2:-360} python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -s -k "reference_against" 2>&1 \
+    | grep -v '^evaluating' | tee "$OUT/gpu_tests_part2.log"
+  timeout 200 python3 benchmarks/bench_eval.py --backend cuda --n 2 --stock 1 --stock-only 2>&1 | tail -3 | tee "$OUT/stock.log"
+fi
+cp -r "$KEVIN_CACHE_DIR/baselines.json" "$OUT/" 2>/dev/null || true
