@@ -73,10 +73,12 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _limits(memory_bytes: int, limit_address_space: bool):
+def _limits(memory_bytes: int, limit_address_space: bool, nice: int = 0):
     def apply() -> None:
         import resource
 
+        if nice:
+            os.nice(nice)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if limit_address_space and memory_bytes > 0:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -113,6 +115,7 @@ def run_harness_job(
     env_extra: dict[str, str] | None = None,
     limit_address_space: bool = True,
     compile_timeout_s: float = 0.0,
+    nice: int = 0,
 ) -> JobOutcome:
     """Run ``kevin.evaluation.harness`` on ``job`` in a fresh, limited process.
 
@@ -137,7 +140,7 @@ def run_harness_job(
                 [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=run_dir,
                 env=_child_env({**(env_extra or {}), "TMPDIR": str(run_dir)}),
-                start_new_session=True, preexec_fn=_limits(memory_bytes, limit_address_space), close_fds=True,
+                start_new_session=True, preexec_fn=_limits(memory_bytes, limit_address_space, nice), close_fds=True,
             )
             try:
                 proc.stdin.write(token.encode() + b"\n")

@@ -34,8 +34,9 @@ torch::Tensor relu_forward(torch::Tensor x) {
 '''
 
 HACKS = {
-    # KernelBench's famous case: return memory that was never written, hoping it holds the reference's result.
-    "uninitialised_output": "torch::Tensor relu_forward(torch::Tensor x) { return torch::empty_like(x); }",
+    # KernelBench's famous case: launch a kernel that writes nothing and return memory that was never
+    # written, hoping it still holds the reference's result.
+    "uninitialised_output": RELU_CUDA.replace("if (i < n) out[i] = in[i] > 0.f ? in[i] : 0.f;", "if (i < 0) out[i] = in[i];"),
     # Zero the input so a reference run on it afterwards agrees with a zero output.
     "input_zeroing": RELU_CUDA.replace("return y;", "cudaMemset(x.data_ptr<float>(), 0, n * sizeof(float)); "
                                        "cudaMemset(y.data_ptr<float>(), 0, n * sizeof(float)); return y;"),
