@@ -144,8 +144,9 @@ class InlineCompiler:
         params["use_pch"] = self.use_pch and not params.get("extra_cflags")
         os.environ["MAX_JOBS"] = str(self.max_jobs)
         start = time.perf_counter()
-        if params["use_pch"]:
-            self._ensure_pch()
+        # The precompiled header is shared by every candidate and built by the evaluator; torch would
+        # delete it whenever a call does not use it, so that deletion is switched off here.
+        cpp_extension.remove_extension_h_precompiler_headers = _keep_pch
         try:
             module = original(**params)
         except Exception as exc:  # the compiler's verdict, handed back to the policy
@@ -154,21 +155,6 @@ class InlineCompiler:
             self.compile_seconds += time.perf_counter() - start
         return ExtensionProxy(module, self.call_counter)
 
-    def _ensure_pch(self) -> None:
-        """Build torch's shared precompiled header once, under a lock: parallel compile workers would
-        otherwise all write the same .gch file at the same time."""
-        import fcntl
-
-        from torch.utils import cpp_extension
-
-        build = getattr(cpp_extension, "_check_and_build_extension_h_precompiler_headers", None)
-        if build is None:
-            return
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.cache_dir / "pch.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            build([], [])
-
     def missing_inline_kernel(self) -> RuleHit | None:
         """After the solution is imported: was real inline compute handed to the compiler?"""
         if self.backend == "cuda" and not self.cuda_kernel_seen:
@@ -176,6 +162,36 @@ class InlineCompiler:
         if not self.cpp_functions and not self.kernels:
             return RuleHit("inline_kernel_required", "no inline C++/CUDA function was compiled")
         return None
+
+
+def _keep_pch() -> None:
+    """Stand-in for torch's remove_extension_h_precompiler_headers (see InlineCompiler.load_inline)."""
+
+
+def prepare_torch_pch(cache_dir: Path) -> str:
+    """Build (or confirm) torch's precompiled ``torch/extension.h`` in the evaluator process.
+
+    Candidates run without write access to the torch tree, and parallel compile workers would race
+    to write the same file, so the evaluator builds it once, under a lock, before any compile job.
+    Returns a note when no header could be prepared (compiles then just take longer).
+    """
+    import fcntl
+
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as exc:
+        return f"no precompiled header: {exc}"
+    build = getattr(cpp_extension, "_check_and_build_extension_h_precompiler_headers", None)
+    if build is None:
+        return "no precompiled header: this torch has no PCH support"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir / "pch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            build([], [])
+        except (RuntimeError, OSError) as exc:
+            return f"no precompiled header: {exc}"
+    return ""
 
 
 def compile_error_lines(text: str, limit: int = 40) -> str:

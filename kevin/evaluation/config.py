@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kevin.evaluation.isolation import SandboxConfig
+
 BACKENDS = ("cuda", "cpu")
 
 
@@ -81,6 +83,9 @@ class EvalConfig:
     use_pch: bool = True
     """Use a precompiled torch header for C++ sources (cpu backend and host code)."""
 
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    """Isolation layers of candidate processes (kevin/evaluation/isolation.py)."""
+
     rules: dict[str, Any] = field(default_factory=dict)
     """Overrides of the static rule data ({rule_id: {key: value}}), see default_rules.yaml."""
 
@@ -100,6 +105,8 @@ class EvalConfig:
     profiler during the forward is PyTorch compute and scores 0."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.sandbox, dict):
+            self.sandbox = SandboxConfig(**self.sandbox)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.correctness_trials < 1:

@@ -121,6 +121,7 @@ class Evaluator:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.baselines = BaselineCache(self.cache_dir / "baselines.json")
         self._baseline_locks: dict[str, threading.Lock] = {}
+        self._pch_ready, self._pch_note = False, ""
         self._lock = threading.Lock()
         if self.config.backend == "cuda":
             names, arch = gpu_info()
@@ -173,13 +174,25 @@ class Evaluator:
             # or a real compile in single evaluations, which gets its own budget first.
             timeout, compile_timeout = self.config.timeout_s, self.config.compile_timeout_s
         job_device = "cpu" if mode == "compile" else device
+        self._prepare_pch()
         return run_harness_job(
             self._job(mode, task, source, job_device), timeout_s=timeout,
             memory_limit_mb=self.config.memory_limit_mb, env_extra=self._env(cuda and mode != "compile"),
-            limit_address_space=not cuda, compile_timeout_s=compile_timeout,
+            compile_timeout_s=compile_timeout,
             # Compiles yield the CPU to run phases: a GPU waiting on a starved run process is wasted.
             nice=10 if mode == "compile" else 0,
+            sandbox=self.config.sandbox, backend=self.config.backend, cache_dir=str(self.cache_dir),
         )
+
+    def _prepare_pch(self) -> None:
+        """Build torch's precompiled header here, once: candidates may not write to the torch tree."""
+        with self._lock:
+            if self._pch_ready or not self.config.use_pch:
+                return
+            from kevin.evaluation.compiler import prepare_torch_pch
+
+            self._pch_note = prepare_torch_pch(self.cache_dir)
+            self._pch_ready = True
 
     # -- baseline ----------------------------------------------------------------------------
 
@@ -248,6 +261,8 @@ class Evaluator:
             r.status, r.error = Status.TIMEOUT, f"no verdict within {self.config.timeout_s:.0f} s; the process was killed"
         elif outcome.memory_exceeded:
             r.error = f"the process exceeded the {self.config.memory_limit_mb} MiB memory limit and was killed"
+        elif outcome.processes_exceeded:
+            r.error = f"the candidate started more than {self.config.sandbox.max_processes} processes and was killed"
         elif v is None:
             why = f"exit code {outcome.exit_code}" + (" (killed by a signal)" if outcome.exit_code < 0 else "")
             r.error = trim_error(f"the process ended without a valid verdict ({why})\n{outcome.stderr_tail[-1500:]}")

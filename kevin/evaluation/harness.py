@@ -91,6 +91,18 @@ def _exec_module(name: str, source: str, filename: str) -> types.ModuleType:
     return module
 
 
+def _child_process_count() -> int:
+    """Live child processes of this process (Linux /proc), compilers included while they run."""
+    count = 0
+    try:
+        for task in os.listdir(f"/proc/{os.getpid()}/task"):
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as handle:
+                count += len(handle.read().split())
+    except OSError:
+        return 0
+    return count
+
+
 def _error_text(exc: BaseException) -> str:
     from kevin.evaluation.records import trim_error
 
@@ -184,6 +196,7 @@ class Session:
 
         self.threads_before = thread_count()
         self.python_threads_before = threading.active_count()
+        self.children_before = _child_process_count()
         cpp_extension.load_inline = self.compiler.load_inline
         start = time.perf_counter()
         try:
@@ -241,6 +254,8 @@ class Session:
             self.fail("rule_violation", f"tampering: {changed}", rule_id="harness_tampering")
         import threading
 
+        if _child_process_count() > self.children_before:
+            self.fail("rule_violation", "the candidate started processes", rule_id="processes_spawned")
         if threading.active_count() > self.python_threads_before:
             self.fail("rule_violation", "the candidate started Python threads", rule_id="threads_spawned")
         if thread_count() > self.threads_before:
@@ -398,20 +413,28 @@ def run_job(job: dict[str, Any]) -> Verdict:
 
 
 def main(argv: list[str]) -> None:
+    harness_pid = os.getpid()
     token = sys.stdin.buffer.readline().strip()
     sys.stdin.close()
     with open(argv[1]) as handle:
         job = json.load(handle)
     result_path = job.pop("result_path")
+    from kevin.evaluation.isolation import apply_spec
+
+    # Isolation first: no torch, no task and no candidate code has been loaded yet.
+    spec = job.get("sandbox") or {}
+    notes = [f"sandbox: {w}" for w in apply_spec(spec) + spec.get("parent_notes", [])]
     try:
         verdict = run_job(job)
     except BaseException as exc:  # anything at all: a verdict, never a crash without one
         verdict = Verdict(status="runtime_error", message="evaluation failed", error=_error_text(exc))
+    verdict.warnings = notes + verdict.warnings
     from dataclasses import asdict
 
     sys.stdout.flush()
     sys.stderr.flush()
-    write_signed(result_path, token, asdict(verdict))
+    if os.getpid() == harness_pid:  # a process the candidate forked never speaks for the harness
+        write_signed(result_path, token, asdict(verdict))
     os._exit(0)
 
 

@@ -113,9 +113,13 @@ def _enclosing_functions(tree: ast.Module) -> dict[int, str]:
     return owner
 
 
-def _check_imports(tree: ast.Module, rule: dict[str, Any]) -> Iterator[RuleHit]:
+def _check_imports(tree: ast.Module, rule: dict[str, Any], aliases: dict[str, str]) -> Iterator[RuleHit]:
     allowed = set(rule["allowed_modules"])
+    os_allowed = set(rule.get("allowed_os_attributes", []))
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and aliases.get(node.value.id) == "os":
+            if node.attr not in os_allowed:
+                yield RuleHit("forbidden_import", f"os.{node.attr} is not allowed (os is for os.environ build settings)", node.lineno)
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name not in allowed:
@@ -315,7 +319,7 @@ def python_rule_hits(
         except SyntaxError:
             reference = None
     checks: list[tuple[str, Iterator[RuleHit]]] = [
-        ("forbidden_import", _check_imports(tree, rules["forbidden_import"])),
+        ("forbidden_import", _check_imports(tree, rules["forbidden_import"], aliases)),
         ("dynamic_code", _check_dynamic(tree, rules["dynamic_code"])),
         ("patching", _check_patching(tree, aliases)),
         ("try_except", _check_try(tree)),

@@ -1,18 +1,14 @@
 """Running one harness job in its own process, with limits the candidate cannot lift.
 
-What this layer covers:
-- a fresh interpreter per job (``subprocess`` fork+exec, never a fork of the evaluator's state), in
-  its own session (process group) so a timeout kills everything it started;
-- a private temporary working directory, removed afterwards;
-- a wall-clock timeout; a host-memory limit (``RLIMIT_AS`` on cpu, where address space is honest;
-  resident-set polling on cuda, whose driver reserves huge address ranges); core dumps off;
-- an environment without the evaluator's secrets: only an allow-list of variables is passed on;
-- stdout/stderr captured to files and only their tails read back (a candidate printing megabytes
-  costs disk, not memory);
-- the verdict is read from a result file signed with a per-job token that the harness reads from
-  stdin before any candidate code runs; a missing or forged result is a runtime error.
-What it does not cover (see issue "Contain hostile candidates"): network and file-system isolation,
-seccomp, a separate user. A candidate can still read files the evaluator's user can read.
+This module is the parent's side: a fresh interpreter per job (``subprocess``, fork+exec, never a
+fork of the evaluator's state) in its own session, a private temporary directory, a scrubbed
+environment (an allow-list of variables: no tokens or credentials reach the candidate), a wall-clock
+timeout that kills the whole process group, stdout/stderr kept only as bounded tails in memory (a
+candidate printing gigabytes costs neither disk nor memory), a cgroup for process count and memory
+where the platform allows (else polling), and a verdict read from a file signed with a per-job token
+that the harness takes from stdin before any candidate code runs (a missing or forged verdict is a
+runtime error). The child applies the rest to itself first thing: see ``isolation.py`` for each
+layer, what it covers and what it does not.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin.evaluation.harness import read_signed
+from kevin.evaluation.isolation import CgroupJob, SandboxConfig, make_spec
 
 ENV_ALLOWLIST = (
     "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
@@ -51,16 +48,34 @@ class JobOutcome:
     stdout_tail: str
     stderr_tail: str
     memory_exceeded: bool = False
+    processes_exceeded: bool = False
 
 
-def _tail(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            handle.seek(max(0, size - OUTPUT_TAIL_BYTES))
-            return handle.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+class _Tail:
+    """Reads a pipe to the end, keeping only its last ``limit`` bytes."""
+
+    def __init__(self, stream, limit: int = OUTPUT_TAIL_BYTES):
+        import threading
+
+        self.data = b""
+        self.total = 0
+        self._limit = limit
+        self._thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _pump(self, stream) -> None:
+        while True:
+            chunk = stream.read(65536)
+            if not chunk:
+                break
+            self.total += len(chunk)
+            self.data = (self.data + chunk)[-self._limit:]
+        stream.close()
+
+    def text(self) -> str:
+        self._thread.join(timeout=5)
+        cut = f"[{self.total - len(self.data)} earlier bytes dropped]\n" if self.total > len(self.data) else ""
+        return cut + self.data.decode("utf-8", "replace")
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -73,33 +88,6 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _limits(memory_bytes: int, limit_address_space: bool, nice: int = 0):
-    def apply() -> None:
-        import resource
-
-        if nice:
-            os.nice(nice)
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if limit_address_space and memory_bytes > 0:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-
-    return apply
-
-
-def _rss_bytes(pid: int) -> int:
-    """Resident memory of a process group leader and its children (Linux /proc), best effort."""
-    total = 0
-    try:
-        import psutil
-
-        proc = psutil.Process(pid)
-        for p in [proc, *proc.children(recursive=True)]:
-            total += p.memory_info().rss
-    except Exception:  # the process may be gone between the poll and the read
-        return 0
-    return total
-
-
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -108,70 +96,102 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def _descendants(pid: int) -> list[Any]:
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        return [proc, *proc.children(recursive=True)]
+    except Exception:  # gone between two polls
+        return []
+
+
 def run_harness_job(
     job: dict[str, Any],
     timeout_s: float,
     memory_limit_mb: int,
     env_extra: dict[str, str] | None = None,
-    limit_address_space: bool = True,
     compile_timeout_s: float = 0.0,
     nice: int = 0,
+    sandbox: SandboxConfig | None = None,
+    backend: str = "cpu",
+    cache_dir: str = "",
 ) -> JobOutcome:
-    """Run ``kevin.evaluation.harness`` on ``job`` in a fresh, limited process.
+    """Run ``kevin.evaluation.harness`` on ``job`` in a fresh, limited, isolated process.
 
     With ``compile_timeout_s`` the job first gets that long to compile; the harness touches a marker
     file when compilation is over and ``timeout_s`` counts from then.
     """
+    sandbox = sandbox or SandboxConfig()
     workdir = Path(tempfile.mkdtemp(prefix="kevin-job-"))
+    os.chmod(workdir, 0o700)
     token = secrets.token_hex(32)
-    result_path = workdir / "result.json"
-    job_path = workdir / "job.json"
-    marker = workdir / "compiled"
-    job_path.write_text(json.dumps({**job, "result_path": str(result_path), "compiled_marker": str(marker)}))
-    out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
-    memory_bytes = memory_limit_mb * 1024 * 1024
-    start = time.monotonic()
-    timed_out = memory_exceeded = False
+    result_path, job_path, marker = workdir / "result.json", workdir / "job.json", workdir / "compiled"
     run_dir = workdir / "cwd"
     run_dir.mkdir()
+    memory_bytes = memory_limit_mb * 1024 * 1024
+    cgroup = CgroupJob(workdir.name, sandbox.max_processes, memory_bytes if backend == "cuda" else 0) \
+        if sandbox.cgroup != "off" else None
+    cpu_seconds = int(3 * (timeout_s + compile_timeout_s)) + 60
+    spec = make_spec(sandbox, backend, str(workdir), cache_dir or str(run_dir), memory_bytes, cpu_seconds, nice,
+                     cgroup.procs_files if cgroup else [])
+    if cgroup and cgroup.note:
+        spec["parent_notes"] = [cgroup.note]
+    job_path.write_text(json.dumps({**job, "result_path": str(result_path), "compiled_marker": str(marker), "sandbox": spec}))
+    start = time.monotonic()
+    timed_out = memory_exceeded = False
+    env = _child_env({**(env_extra or {}), "TMPDIR": str(run_dir), "CUDA_CACHE_PATH": str(Path(cache_dir or run_dir) / "cuda-jit")})
+    polled_pids = not (cgroup and cgroup.limits_pids)
+    polled_memory = backend == "cuda" and not (cgroup and cgroup.limits_memory)  # cpu has RLIMIT_AS
+    too_many_processes = False
     try:
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=run_dir,
-                env=_child_env({**(env_extra or {}), "TMPDIR": str(run_dir)}),
-                start_new_session=True, preexec_fn=_limits(memory_bytes, limit_address_space, nice), close_fds=True,
-            )
-            try:
-                proc.stdin.write(token.encode() + b"\n")
-                proc.stdin.close()
-            except BrokenPipeError:
-                pass
-            deadline = start + (compile_timeout_s or timeout_s)
-            run_clock_started = not compile_timeout_s
-            while proc.poll() is None:
-                if not run_clock_started and marker.exists():
-                    run_clock_started = True
-                    deadline = time.monotonic() + timeout_s
-                if time.monotonic() > deadline:
-                    timed_out = True
-                    _kill_group(proc)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=run_dir, env=env,
+            start_new_session=True, close_fds=True,
+        )
+        out_tail, err_tail = _Tail(proc.stdout), _Tail(proc.stderr)
+        try:
+            proc.stdin.write(token.encode() + b"\n")
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        deadline = start + (compile_timeout_s or timeout_s)
+        run_clock_started = not compile_timeout_s
+        while proc.poll() is None:
+            if not run_clock_started and marker.exists():
+                run_clock_started = True
+                deadline = time.monotonic() + timeout_s
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            if polled_pids or polled_memory:
+                procs = _descendants(proc.pid)
+                if polled_pids and len(procs) > sandbox.max_processes:
+                    too_many_processes = True
                     break
-                if not limit_address_space and memory_bytes and _rss_bytes(proc.pid) > memory_bytes:
+                if polled_memory and memory_bytes and sum(_safe_rss(p) for p in procs) > memory_bytes:
                     memory_exceeded = True
-                    _kill_group(proc)
                     break
-                time.sleep(0.05)
-            # Children the candidate left behind die with the group.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        verdict = None if (timed_out or memory_exceeded) else read_signed(str(result_path), token.encode())
+            time.sleep(0.05)
+        _kill_group(proc)  # whatever the candidate left running dies with its group
+        if cgroup:
+            cgroup.kill_all()
+        killed = timed_out or memory_exceeded or too_many_processes
+        verdict = None if killed else read_signed(str(result_path), token.encode())
         return JobOutcome(
             verdict=verdict, timed_out=timed_out, exit_code=proc.returncode if proc.returncode is not None else -9,
-            wall_seconds=time.monotonic() - start, stdout_tail=_tail(out_path), stderr_tail=_tail(err_path),
-            memory_exceeded=memory_exceeded,
+            wall_seconds=time.monotonic() - start, stdout_tail=out_tail.text(), stderr_tail=err_tail.text(),
+            memory_exceeded=memory_exceeded, processes_exceeded=too_many_processes,
         )
     finally:
+        if cgroup:
+            cgroup.remove()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _safe_rss(proc: Any) -> int:
+    try:
+        return proc.memory_info().rss
+    except Exception:  # exited meanwhile
+        return 0

@@ -103,9 +103,11 @@ def test_tensor_subclass_output_is_rejected(evaluator, relu_task):
     assert r.status is Status.RULE_VIOLATION and r.rule_id in ("output_type", "torch_compute_runtime")
 
 
-def test_early_exit_with_no_verdict_scores_zero(evaluator, relu_task):
+def test_early_exit_with_no_verdict_scores_zero(cache_dir, relu_task):
+    relaxed = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir),
+                                   rules={"forbidden_import": {"enabled": False}}))
     src = cpp_solution(RELU_BODY, name="t_exit", extra_py="import os", forward="os._exit(0)")
-    r = judge(evaluator, relu_task, src)
+    r = relaxed.evaluate(relu_task, src)
     assert r.status is Status.RUNTIME_ERROR and r.score == 0.0
     assert "without a valid verdict" in r.error
 

@@ -1,0 +1,330 @@
+"""Isolation layers for candidate processes: what each covers, what it does not, and how it degrades.
+
+The harness applies every layer to itself as its very first action, before it imports torch or reads
+any candidate code (no ``preexec_fn``: the batch evaluator is multi-threaded and forking Python code
+between fork and exec can deadlock). The parent prepares what needs privileges outside the child
+(cgroups) and passes a plain-dict spec in the job.
+
+| layer | covers | does not cover | when unavailable |
+| --- | --- | --- | --- |
+| rlimits | core dumps, open files, file size, CPU seconds, address space (cpu backend) | GPU memory; RSS on cuda (see cgroup) | always available on Linux |
+| network namespace (`unshare(CLONE_NEWNET)`, root) | every socket: only a down loopback exists | nothing network-related is left | Landlock TCP rules (bind/connect; not UDP), else a warning |
+| Landlock (kernel >= 5.13) | file reads and writes outside an allow-list (system and Python dirs read-only; the job's temp dir, the build cache and /dev writable); ptrace and /proc/<pid>/environ of other processes; signals and abstract unix sockets outside the sandbox (ABI >= 6) | reading what the allow-list grants (e.g. /etc/passwd, the Python tree); pathname unix sockets | a warning; the job still runs |
+| cgroup (v1 or v2 pids/memory, root) | fork bombs (`pids.max`), resident memory on cuda | GPU memory (the caching allocator's OOM is a runtime error) | parent-side RSS polling and process-group kill |
+| environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
+| separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
+| seccomp | not done | | |
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Landlock system calls share their numbers on x86-64 and arm64 (new syscalls use the generic table).
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWNET = 0x40000000
+
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR, FS_MAKE_REG = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
+FS_MAKE_SOCK, FS_MAKE_FIFO, FS_MAKE_BLOCK, FS_MAKE_SYM, FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = (
+    1 << 9, 1 << 10, 1 << 11, 1 << 12, 1 << 13, 1 << 14, 1 << 15)
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+WRITE = READ | FS_WRITE_FILE | FS_REMOVE_DIR | FS_REMOVE_FILE | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SYM | \
+    FS_MAKE_SOCK | FS_MAKE_FIFO | FS_REFER | FS_TRUNCATE
+DEVICES = WRITE | FS_IOCTL_DEV
+
+
+@dataclass
+class SandboxConfig:
+    """Which isolation layers candidate processes get (see the table in this module's docstring)."""
+
+    network: str = "auto"
+    """`auto`/`on`: no network (namespace as root, else Landlock TCP rules); `off`: inherit the network."""
+
+    filesystem: str = "auto"
+    """`on`: Landlock file-system allow-list; `auto`: on for the cpu backend, off (with a warning) on cuda
+    until it has been validated on the GPU machine; `off`: no file-system isolation."""
+
+    cgroup: str = "auto"
+    """`auto`/`on`: a pids/memory cgroup per candidate where the cgroup tree is writable; `off`: none."""
+
+    max_processes: int = 512
+    """pids.max of the candidate's cgroup: processes AND threads (compilers and torch's pools fit)."""
+
+    max_open_files: int = 4096
+    """RLIMIT_NOFILE of the candidate process."""
+
+    max_file_bytes: int = 2 << 30
+    """RLIMIT_FSIZE: the largest file the candidate (or its compiler) may write."""
+
+    extra_read_paths: list[str] = field(default_factory=list)
+    """More read-only paths for Landlock (e.g. a CUDA toolkit outside /usr and /opt)."""
+
+    def __post_init__(self) -> None:
+        for name in ("network", "filesystem", "cgroup"):
+            if getattr(self, name) not in ("auto", "on", "off"):
+                raise ValueError(f"sandbox.{name} must be auto, on or off, got {getattr(self, name)!r}")
+        if self.max_processes < 16:
+            raise ValueError("sandbox.max_processes must be >= 16 (compilers and torch start several)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------- Landlock
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 when Landlock is missing or disabled."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    abi = _libc().syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return max(int(abi), 0)
+
+
+def _handled_fs(abi: int) -> int:
+    mask = (1 << 13) - 1
+    if abi >= 2:
+        mask |= FS_REFER
+    if abi >= 3:
+        mask |= FS_TRUNCATE
+    if abi >= 5:
+        mask |= FS_IOCTL_DEV
+    return mask
+
+
+def apply_landlock(read_paths: list[str], write_paths: list[str], device_paths: list[str], deny_tcp: bool,
+                   list_paths: list[str] = ()) -> tuple[int, list[str]]:
+    """Restrict this process (and its future children) for good; return (abi, notes)."""
+    abi = landlock_abi()
+    if abi <= 0:
+        return 0, ["Landlock is not available in this kernel"]
+    libc, notes = _libc(), []
+    handled_fs = _handled_fs(abi)
+    attr = _RulesetAttr(handled_fs, (NET_BIND_TCP | NET_CONNECT_TCP) if (deny_tcp and abi >= 4) else 0,
+                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return 0, [f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"]
+    try:
+        for paths, rights in ((read_paths, READ), (write_paths, WRITE), (device_paths, DEVICES), (list_paths, FS_READ_DIR)):
+            for path in paths:
+                _add_path_rule(libc, ruleset, path, rights & handled_fs, notes)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return 0, [f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"]
+        if libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            return 0, [f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}"]
+    finally:
+        os.close(ruleset)
+    return abi, notes
+
+
+def _add_path_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, notes: list[str]) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # a path that does not exist here needs no rule
+    try:
+        if not os.path.isdir(path):
+            rights &= _FILE_RIGHTS
+        rule = _PathBeneathAttr(rights, fd)
+        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            notes.append(f"no Landlock rule for {path}: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
+# ------------------------------------------------------------------------------------ spec (parent)
+
+
+_ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "localtime", "alternatives",
+              "os-release", "hosts", "resolv.conf", "gai.conf", "host.conf", "nvidia", "OpenCL", "vulkan", "glvnd")
+
+
+def read_only_paths(extra: list[str]) -> list[str]:
+    """System, Python and toolchain directories a compile or a run needs to read and execute."""
+    import site
+    import sysconfig
+
+    paths = {"/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/opt", "/proc", "/sys", "/run/nvidia-persistenced"}
+    paths |= {f"/etc/{name}" for name in _ETC_FILES}
+    paths |= {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {p for p in sysconfig.get_paths().values() if p}
+    try:
+        paths |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    except AttributeError:  # virtualenv's old site module
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            paths.add(os.environ[var])
+    package = Path(__file__).resolve().parents[1]  # the kevin package: importable, nothing else of the repo
+    paths.add(str(package))
+    paths |= set(extra)
+    return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def make_spec(cfg: SandboxConfig, backend: str, workdir: str, cache_dir: str, memory_bytes: int,
+              cpu_seconds: int, nice: int, cgroups: list[str]) -> dict[str, Any]:
+    """Everything the harness needs to isolate itself, as JSON-ready data."""
+    filesystem = cfg.filesystem == "on" or (cfg.filesystem == "auto" and backend == "cpu")
+    repo = str(Path(__file__).resolve().parents[2])
+    return {
+        "nice": nice,
+        "rlimits": {
+            "RLIMIT_CORE": 0,
+            "RLIMIT_NOFILE": cfg.max_open_files,
+            "RLIMIT_FSIZE": cfg.max_file_bytes,
+            "RLIMIT_CPU": cpu_seconds,
+            **({"RLIMIT_AS": memory_bytes} if backend == "cpu" and memory_bytes else {}),
+        },
+        "network": cfg.network != "off",
+        "filesystem": filesystem,
+        "filesystem_note": "" if filesystem or cfg.filesystem == "off" else
+        "file-system isolation (Landlock) is off on cuda until validated on the GPU machine; set sandbox.filesystem=on",
+        "read_paths": read_only_paths(cfg.extra_read_paths),
+        "list_paths": [repo],  # the import system lists the repo root to find `kevin`; its files stay unreadable
+        "write_paths": [workdir, cache_dir],
+        "device_paths": ["/dev"],
+        "cgroups": cgroups,
+    }
+
+
+# ----------------------------------------------------------------------------------- apply (child)
+
+
+def apply_spec(spec: dict[str, Any]) -> list[str]:
+    """Isolate the current process as ``spec`` says; return warnings for layers that are unavailable."""
+    warnings: list[str] = []
+    for path in spec.get("cgroups", []):
+        try:
+            with open(path, "w") as handle:
+                handle.write(str(os.getpid()))
+        except OSError as exc:
+            warnings.append(f"could not join cgroup {path}: {exc.strerror}")
+    if spec.get("nice"):
+        os.nice(int(spec["nice"]))
+    for name, value in spec.get("rlimits", {}).items():
+        limit = getattr(resource, name)
+        soft, hard = resource.getrlimit(limit)
+        value = int(value)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(limit, (value, value))
+    net_isolated = False
+    if spec.get("network"):
+        libc = _libc()
+        if libc.unshare(ctypes.c_int(_CLONE_NEWNET)) == 0:
+            net_isolated = True
+        else:
+            warnings.append(f"no network namespace ({os.strerror(ctypes.get_errno())}); falling back to Landlock TCP rules")
+    if spec.get("filesystem_note"):
+        warnings.append(spec["filesystem_note"])
+    deny_tcp = bool(spec.get("network")) and not net_isolated
+    if spec.get("filesystem") or deny_tcp:
+        read = spec.get("read_paths", []) if spec.get("filesystem") else ["/"]
+        write = spec.get("write_paths", []) if spec.get("filesystem") else ["/"]
+        abi, notes = apply_landlock(read, write, spec.get("device_paths", []), deny_tcp, spec.get("list_paths", []))
+        warnings.extend(notes)
+        if abi == 0:
+            warnings.append("Landlock unavailable: no file-system isolation" + ("; no network isolation" if deny_tcp else ""))
+        elif deny_tcp and abi < 4:
+            warnings.append("Landlock ABI < 4: no network isolation")
+    return warnings
+
+
+# ------------------------------------------------------------------------------------ cgroups (parent)
+
+
+class CgroupJob:
+    """A pids (and, on cuda, memory) cgroup for one candidate, made by the parent and removed after.
+
+    Works with cgroup v1 (``/sys/fs/cgroup/pids``, ``/sys/fs/cgroup/memory``) and v2 (unified). Where
+    the tree is not writable (no root, no delegation) ``procs_files`` is empty and ``note`` says why.
+    """
+
+    ROOT = Path("/sys/fs/cgroup")
+
+    def __init__(self, name: str, max_pids: int, memory_bytes: int):
+        self.dirs: list[Path] = []
+        self.procs_files: list[str] = []
+        self.note = ""
+        self.limits_pids = self.limits_memory = False
+        try:
+            if (self.ROOT / "cgroup.controllers").exists():
+                self._make(self.ROOT / "kevin" / name, {"pids.max": max_pids, **({"memory.max": memory_bytes} if memory_bytes else {})})
+            else:
+                self._make(self.ROOT / "pids" / "kevin" / name, {"pids.max": max_pids})
+                if memory_bytes:
+                    self._make(self.ROOT / "memory" / "kevin" / name, {"memory.limit_in_bytes": memory_bytes})
+        except OSError as exc:
+            self.note = f"no cgroup for the candidate ({exc.strerror}): process count and memory are polled instead"
+            self.remove()
+            self.procs_files, self.limits_pids, self.limits_memory = [], False, False
+
+    def _make(self, path: Path, limits: dict[str, int]) -> None:
+        if path.parent.name == "kevin" and path.parent.parent == self.ROOT and (self.ROOT / "cgroup.controllers").exists():
+            path.parent.mkdir(exist_ok=True)
+            # v2: a child can use a controller only if its parent delegates it.
+            (self.ROOT / "cgroup.subtree_control").write_text("+pids +memory")
+            (path.parent / "cgroup.subtree_control").write_text("+pids +memory")
+        path.mkdir(parents=True, exist_ok=True)
+        self.dirs.append(path)
+        for key, value in limits.items():
+            (path / key).write_text(str(value))
+            self.limits_pids |= key == "pids.max"
+            self.limits_memory |= key.startswith("memory.")
+        self.procs_files.append(str(path / "cgroup.procs"))
+
+    def kill_all(self) -> None:
+        import signal
+
+        for path in self.dirs:
+            try:
+                pids = [int(p) for p in (path / "cgroup.procs").read_text().split()]
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def remove(self) -> None:
+        import time
+
+        for path in reversed(self.dirs):
+            for _ in range(50):  # rmdir succeeds once the killed tasks are reaped
+                try:
+                    path.rmdir()
+                    break
+                except OSError:
+                    self.kill_all()
+                    time.sleep(0.02)
+        self.dirs = []

@@ -1,0 +1,129 @@
+"""Hostile candidates against the sandbox (cpu backend, real processes, real compiles).
+
+The static rules would stop most of these before they run, so this batch is judged with those rules
+switched off: what is tested here is the run-time containment (isolation layers, limits, the signed
+verdict, the harness's own checks). Every hostile candidate is followed in the same batch by an
+honest one, which must still be judged correct.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
+from kevin.evaluation.isolation import CgroupJob, landlock_abi
+from tests.conftest import RELU_BODY, cpp_solution
+
+SECRET = "kevin-planted-secret-7f3a9c"
+RELAXED = {rule: {"enabled": False} for rule in ("forbidden_import", "dynamic_code", "patching", "try_except", "torch_compute",
+                                                  "cpp_forbidden_calls", "torch_namespaces")}
+
+
+def _cgroup_pids_available() -> bool:
+    job = CgroupJob("kevin-probe", 64, 0)
+    ok = job.limits_pids
+    job.remove()
+    return ok
+
+
+def hostile_sources(tmp: Path, port: int) -> dict[str, tuple[str, set[Status]]]:
+    """name -> (solution source, verdicts that count as contained). All must score 0."""
+    outside = tmp / "outside.txt"
+    secret_file = tmp / "secret.txt"
+    zero = {Status.RUNTIME_ERROR, Status.RULE_VIOLATION, Status.INCORRECT, Status.TIMEOUT}
+    c = cpp_solution
+    return {
+        "write_outside": (c(RELU_BODY, extra_py=f"open({str(outside)!r}, 'w').write('pwned')"), zero),
+        "read_secret_file": (c(RELU_BODY, extra_py=f"raise RuntimeError(open({str(secret_file)!r}).read())"), zero),
+        "read_secret_env": (c(RELU_BODY, extra_py="import os\nraise RuntimeError('env:' + os.environ.get('KEVIN_TEST_SECRET', 'none'))"), zero),
+        "socket": (c(RELU_BODY, extra_py=f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=3).sendall(b'leak')"), zero),
+        "unbounded_alloc": (c(RELU_BODY, extra_py="hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"), zero),
+        "python_infinite_loop": (c(RELU_BODY, forward="while True:\n            x = x"), zero),
+        "cpp_abort": (c(RELU_BODY.replace("return y;", "std::abort(); return y;"), name="t_abort"), zero),
+        "exit_early": (c(RELU_BODY, extra_py="import os", forward="os._exit(0)"), zero),
+        "print_megabytes": (c(RELU_BODY, forward="print('x' * 50_000_000)\n        return torch.zeros_like(x)"), zero),
+        "patch_synchronize": (c(RELU_BODY, extra_py="torch.cuda.synchronize = lambda *a, **k: None"), zero),
+        "patch_event": (c(RELU_BODY, extra_py="torch.cuda.Event = object"), zero),
+        "spawn_thread": (c(RELU_BODY, extra_py="import threading, time", forward="threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        return ext.relu_forward(x)"), zero),
+        "fork": (c(RELU_BODY, extra_py="import os", forward="os.fork() or os._exit(0)\n        return ext.relu_forward(x)"), zero),
+        "reference_via_gc": (c(RELU_BODY, extra_py="import gc", forward="refs = [o for o in gc.get_objects() if type(o).__name__ == 'Model']\n        return refs[0](x)"), zero),
+        "reference_via_stack": (c(RELU_BODY, extra_py="import inspect", forward="f = [fr.frame.f_locals['self'] for fr in inspect.stack() if 'ref_model' in getattr(fr.frame.f_locals.get('self'), '__dict__', {})]\n        return f[0].ref_model(x)"), zero),
+        "forge_verdict": (c(RELU_BODY, extra_py="import sys, json\njob = json.load(open(sys.argv[1]))\nopen(job['result_path'], 'w').write(json.dumps({'payload': '{\"status\": \"correct\"}', 'mac': '0'}))\nimport os\nos._exit(0)"), zero),
+    }
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, cache_dir, relu_task):
+    tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / "secret.txt").write_text(SECRET)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.settimeout(0.2)
+    accepted: list[bytes] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                accepted.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                continue
+
+    listener = threading.Thread(target=serve, daemon=True)
+    listener.start()
+    os.environ["KEVIN_TEST_SECRET"] = SECRET
+    sources = hostile_sources(tmp, server.getsockname()[1])
+    if not _cgroup_pids_available():
+        sources.pop("fork")  # without a pids cgroup a fork is only polled: not something to run on CI
+    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=15, memory_limit_mb=8192,
+                                     cache_dir=str(cache_dir), rules=RELAXED))
+    honest = cpp_solution(RELU_BODY)
+    items = []
+    for name, (source, _) in sources.items():
+        items.append((relu_task, Candidate(relu_task.task_id, source, candidate_id=name)))
+        items.append((relu_task, Candidate(relu_task.task_id, honest, candidate_id=f"after:{name}")))
+    try:
+        results = {r.candidate_id: r for r in evaluator.evaluate_many(items)}
+    finally:
+        stop.set()
+        os.environ.pop("KEVIN_TEST_SECRET", None)
+        listener.join(timeout=2)
+        server.close()
+    return {"results": results, "sources": sources, "tmp": tmp, "accepted": accepted}
+
+
+NAMES = sorted(hostile_sources(Path("/nonexistent"), 1))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hostile_candidate_is_contained_and_scores_zero(batch, name):
+    if name not in batch["sources"]:
+        pytest.skip("no pids cgroup on this machine")
+    r = batch["results"][name]
+    _, allowed = batch["sources"][name]
+    print(name, r.status.value, r.rule_id, r.error[:160].replace("\n", " "))
+    assert r.score == 0.0 and r.status in allowed
+    assert SECRET not in r.error and SECRET not in r.feedback
+    after = batch["results"][f"after:{name}"]
+    assert after.status is Status.CORRECT, (name, after.status, after.error)
+
+
+def test_nothing_escaped(batch):
+    assert not (batch["tmp"] / "outside.txt").exists()
+    assert batch["accepted"] == [], "a candidate reached a loopback server outside its sandbox"
+
+
+def test_sandbox_layers_report_themselves(batch):
+    warnings = batch["results"]["after:write_outside"].warnings
+    if landlock_abi() == 0:
+        assert any("Landlock" in w for w in warnings)
+    else:
+        assert not any("Landlock unavailable" in w for w in warnings)
