@@ -1,0 +1,233 @@
+"""Rewards: kernel scores -> per-turn returns -> per-task group advantages (RECIPE.md section 1).
+
+The chain, each step a small pure function:
+
+1. kernel score S of one turn's kernel: ``kernel_score`` (re-used from ``kevin.evaluation.records``;
+   the evaluator already stores it in ``EvalResult.score``).
+2. per-turn returns R_0..R_{n-1} of one trajectory from its scores S_0..S_{n-1}: an aggregation
+   registered by name (``sum`` | ``max`` | ``greedy`` | ``outcome``), so an ablation is a config value.
+3. advantages: returns of ALL m x n turn samples of one task are normalised together
+   (``group_advantages``), each turn being its own training sample.
+
+How this departs from single-turn GRPO (e.g. TRL's GRPOTrainer):
+- a group is a task's m trajectories x n turns, not the G completions of one prompt: the samples of
+  a group have different prompts (later turns see earlier attempts and their feedback);
+- a sample's reward is its turn's return, which credits a turn for the later turns it enabled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kevin.evaluation.records import kernel_score
+
+__all__ = [
+    "AGGREGATIONS",
+    "RewardConfig",
+    "group_advantages",
+    "kernel_score",
+    "register_aggregation",
+    "turn_returns",
+]
+
+# (scores S_0..S_{n-1} of one trajectory, gamma) -> returns R_0..R_{n-1}
+AggregationFn = Callable[[Sequence[float], float], list[float]]
+
+AGGREGATIONS: dict[str, AggregationFn] = {}
+"""Turn-return aggregations by name; add one with ``@register_aggregation("name")``."""
+
+
+def _check_gamma(gamma: float) -> None:
+    # gamma > 1 would weight the future above the present and make returns grow with the number of
+    # turns; gamma < 0 would flip the sign of later turns' credit.
+    if not isinstance(gamma, numbers.Real) or isinstance(gamma, bool) or not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must be a number in [0, 1] (the paper uses 0.4 for `sum`), got {gamma!r}")
+
+
+def _check_scores(scores: Sequence[float]) -> list[float]:
+    values = [float(s) for s in scores]
+    bad = [s for s in values if not math.isfinite(s)]
+    if bad:
+        # One NaN/inf return would turn every advantage of its task group into NaN.
+        raise ValueError(f"turn scores must be finite numbers, got {bad}; check the evaluator's speedups")
+    return values
+
+
+def register_aggregation(name: str) -> Callable[[AggregationFn], AggregationFn]:
+    """Register ``fn(scores, gamma) -> returns`` under ``name``; the registered version validates its inputs."""
+
+    def decorator(fn: AggregationFn) -> AggregationFn:
+        if name in AGGREGATIONS:
+            raise ValueError(f"turn-return aggregation {name!r} is already registered")
+
+        @functools.wraps(fn)
+        def checked(scores: Sequence[float], gamma: float) -> list[float]:
+            _check_gamma(gamma)
+            return fn(_check_scores(scores), gamma)
+
+        AGGREGATIONS[name] = checked
+        return checked
+
+    return decorator
+
+
+@register_aggregation("sum")
+def sum_returns(scores: Sequence[float], gamma: float) -> list[float]:
+    """R_t = sum_{i>=t} gamma^(i-t) S_i (the paper's choice, gamma 0.4)."""
+    returns, running = [], 0.0
+    for score in reversed(scores):  # R_t = S_t + gamma * R_{t+1}
+        running = score + gamma * running
+        returns.append(running)
+    return returns[::-1]
+
+
+@register_aggregation("max")
+def max_returns(scores: Sequence[float], gamma: float) -> list[float]:
+    """R_t = max_{i>=t} gamma^(i-t) S_i (the paper found it better with gamma 0.8 and fewer turns)."""
+    returns: list[float] = []
+    for score in reversed(scores):  # R_t = max(S_t, gamma * R_{t+1}), valid because gamma >= 0
+        returns.append(score if not returns else max(score, gamma * returns[-1]))
+    return returns[::-1]
+
+
+@register_aggregation("greedy")
+def greedy_returns(scores: Sequence[float], gamma: float) -> list[float]:
+    """R_t = S_t: each turn is credited only for its own kernel (gamma is ignored)."""
+    return list(scores)
+
+
+@register_aggregation("outcome")
+def outcome_returns(scores: Sequence[float], gamma: float) -> list[float]:
+    """R_t = max_i S_i for every turn: the trajectory's best score, undiscounted (gamma is ignored)."""
+    best = max(scores, default=0.0)
+    return [best] * len(scores)
+
+
+def turn_returns(scores: Sequence[float], aggregation: str = "sum", gamma: float = 0.4) -> list[float]:
+    """Per-turn returns of one trajectory: scores S_0..S_{n-1} -> returns R_0..R_{n-1} (same length).
+
+    A trajectory that stopped early simply has fewer turns; an empty one gives an empty list.
+    """
+    try:
+        fn = AGGREGATIONS[aggregation]
+    except KeyError:
+        raise ValueError(f"unknown turn-return aggregation {aggregation!r}; choose one of {sorted(AGGREGATIONS)}") from None
+    return fn(scores, gamma)
+
+
+def group_advantages(
+    returns: torch.Tensor,
+    group_ids: torch.Tensor | Sequence[int],
+    *,
+    scale_by_std: bool = True,
+    leave_one_out: bool = False,
+    eps: float = 1e-4,
+) -> torch.Tensor:
+    """Advantages normalised per group (a group = all m x n turn samples of one task).
+
+    Shapes: ``returns`` [*] (any shape, usually [N] with N = total turn samples in the batch);
+    ``group_ids`` the same shape, integer group (task) of each sample, any values, need not be
+    contiguous or sorted. Output: [*], same shape and dtype as ``returns``.
+
+    For sample j in group g with k samples:
+      baseline_j = mean_g (default) or, with ``leave_one_out``, the mean of the OTHER k-1 samples
+                   (= k/(k-1) * (R_j - mean_g) after subtraction: an unbiased RLOO baseline);
+      A_j = (R_j - baseline_j) / (std_g + eps) if ``scale_by_std`` else R_j - baseline_j (Dr-GRPO).
+    std_g is the SAMPLE standard deviation (Bessel's correction, k-1 in the denominator), as
+    ``torch.std`` and TRL's GRPOTrainer use, so our advantages equal TRL's on a single-turn group.
+    eps defaults to TRL's 1e-4: when every return of a group is equal, float rounding can leave
+    R - mean ~ 1e-8 and std ~ 1e-8, which a tiny eps would inflate to advantages of order 1.
+    A group of one sample gets advantage 0 (no baseline, no spread: nothing to compare it with).
+    Computed in float64 internally (groups are small; the result is cast back).
+    """
+    if eps <= 0:
+        raise ValueError(f"eps must be > 0 (it guards the division by a group's std), got {eps}")
+    ids = torch.as_tensor(group_ids, device=returns.device)
+    if ids.shape != returns.shape:
+        raise ValueError(f"group_ids shape {tuple(ids.shape)} must equal returns shape {tuple(returns.shape)}")
+    if returns.numel() == 0:
+        return returns.clone()
+    r = returns.detach().reshape(-1).to(torch.float64)  # [N]
+    _, inverse = torch.unique(ids.reshape(-1), return_inverse=True)  # inverse [N]: dense group index 0..G-1
+    num_groups = int(inverse.max()) + 1
+
+    def group_sum(x: torch.Tensor) -> torch.Tensor:  # [N] -> [G]
+        return torch.zeros(num_groups, dtype=torch.float64, device=r.device).index_add_(0, inverse, x)
+
+    count = group_sum(torch.ones_like(r))  # [G]
+    total = group_sum(r)  # [G]
+    mean = (total / count)[inverse]  # [N]
+    k = count[inverse]  # [N]: size of each sample's group
+    singleton = k < 2
+    if leave_one_out:
+        others = (k - 1).clamp(min=1)
+        baseline = (total[inverse] - r) / others  # [N]: mean of the other samples of the group
+    else:
+        baseline = mean
+    adv = r - baseline  # [N]
+    if scale_by_std:
+        var = group_sum((r - mean) ** 2) / (count - 1).clamp(min=1)  # [G], Bessel-corrected
+        adv = adv / (var.sqrt()[inverse] + eps)
+    adv = torch.where(singleton, torch.zeros_like(adv), adv)
+    return adv.to(returns.dtype).reshape(returns.shape)
+
+
+@dataclass
+class RewardConfig:
+    """How kernel scores become returns and advantages (the ``rewards`` section of params.yaml)."""
+
+    aggregation: str = "sum"
+    """Turn-return aggregation: `sum` (discounted sum, the paper's choice), `max` (discounted max),
+    `greedy` (own score only) or `outcome` (trajectory's best score for every turn)."""
+
+    gamma: float = 0.4
+    """Discount in [0, 1] for `sum` and `max` (paper: 0.4 for sum; 0.8 suited max); ignored otherwise."""
+
+    scale_by_std: bool = True
+    """Divide advantages by the task group's std (GRPO); False only subtracts the baseline (Dr-GRPO)."""
+
+    leave_one_out: bool = False
+    """Baseline each sample by the mean of the other samples of its group instead of the group mean."""
+
+    eps: float = 1e-4
+    """Added to the group std before dividing (> 0); 1e-4 as in TRL, see ``group_advantages``."""
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"rewards.aggregation must be one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}"
+            )
+        _check_gamma(self.gamma)
+        for name in ("scale_by_std", "leave_one_out"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"rewards.{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.eps, numbers.Real) or isinstance(self.eps, bool) or not self.eps > 0:
+            raise ValueError(f"rewards.eps must be a positive number such as 1.0e-4, got {self.eps!r}")
+
+    def returns(self, scores: Sequence[float]) -> list[float]:
+        """Per-turn returns of one trajectory under this config (see ``turn_returns``)."""
+        return turn_returns(scores, self.aggregation, self.gamma)
+
+    def advantages(self, returns: torch.Tensor, group_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
+        """Group advantages under this config (see ``group_advantages``; shapes [*] -> [*])."""
+        return group_advantages(
+            returns, group_ids, scale_by_std=self.scale_by_std, leave_one_out=self.leave_one_out, eps=self.eps
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RewardConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown rewards settings: {unknown}; known: {sorted(known)}")
+        return cls(**data)

@@ -1,0 +1,79 @@
+"""Rollout settings: one dataclass, every field documented and validated.
+
+Sampling settings (temperature, top_p, max response tokens) belong to the policy backend, not here:
+the loop only decides what is asked and when a trajectory ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+BACKENDS = ("cuda", "cpu")
+
+
+@dataclass
+class RolloutConfig:
+    """How many trajectories and turns to roll out per task, and how their prompts are built."""
+
+    trajectories: int = 16
+    """m: parallel trajectories per task (the paper trains with 16)."""
+
+    turns: int = 4
+    """n: turns per trajectory (the paper trains with 4 and evaluates with 8)."""
+
+    backend: str = "cpu"
+    """`cuda` (inline CUDA kernels, the paper's setting) or `cpu` (inline C++); must match the evaluator's."""
+
+    profile: str = ""
+    """Task size profile shown in the prompt; empty means the evaluator's default (`cpu` on cpu, the task's own sizes on cuda)."""
+
+    max_prompt_tokens: int = 8192
+    """Token budget of a turn's prompt (chat template included); the oldest attempts are dropped to fit."""
+
+    early_stop_speedup: float | None = None
+    """Stop a trajectory after a correct kernel with at least this speedup (0.0: after any correct kernel;
+    None: never stop early, as in training, where every turn is a sample)."""
+
+    include_example: bool = True
+    """Show the one-shot example (an inline elementwise add) in the first turn's prompt."""
+
+    system_prompt: str = ""
+    """Optional system message; empty sends the task as a single user message."""
+
+    show_progress: bool = False
+    """Show a tqdm progress bar over turns."""
+
+    def __post_init__(self) -> None:
+        for name in ("trajectories", "turns", "max_prompt_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r} (use the evaluator's backend)")
+        if self.max_prompt_tokens < 256:
+            raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens} cannot hold even the base prompt; "
+                             "use at least 256 (the paper uses 8192)")
+        if self.early_stop_speedup is not None:
+            if isinstance(self.early_stop_speedup, bool) or not isinstance(self.early_stop_speedup, (int, float)):
+                raise ValueError(f"early_stop_speedup must be a number or None, got {self.early_stop_speedup!r}")
+            if not self.early_stop_speedup >= 0:  # also rejects NaN
+                raise ValueError(f"early_stop_speedup must be >= 0 (0 = stop at the first correct kernel) or None "
+                                 f"(never stop early), got {self.early_stop_speedup!r}")
+
+    @property
+    def samples_per_task(self) -> int:
+        """m x n: the group over which advantages are normalised (fewer if trajectories stop early)."""
+        return self.trajectories * self.turns
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RolloutConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown rollout settings: {unknown}; known: {sorted(known)}")
+        return cls(**data)

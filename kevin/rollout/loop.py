@@ -1,0 +1,311 @@
+"""The multi-turn rollout loop: m trajectories x n turns for every task.
+
+Per turn: build the prompt of every live trajectory of every task, generate them as ONE batch (the
+backend batches or parallelises them), parse every response, evaluate every parsed kernel as ONE batch
+(the evaluator spreads it over its compile pool and devices), record a Turn per trajectory, and write
+the turn's batch to disk before starting the next turn. Generation and evaluation are callables, so
+the loop is the same for the in-process model, an OpenAI-compatible server, and the fakes of the tests.
+
+On disk (``out_dir``)::
+
+    rollout.json        {"config": ..., "task_ids": [...], "turns_completed": k, "complete": bool}
+    turn_000.jsonl      every Turn of turn 0 (one line each), written atomically when the turn ends
+    turn_001.jsonl      ...
+
+A crash loses at most the turn in progress; ``resume=True`` continues after the last complete turn.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence
+
+from kevin.evaluation.feedback import feedback_line
+from kevin.evaluation.records import Candidate, EvalResult, Status
+from kevin.rollout.config import RolloutConfig
+from kevin.rollout.parsing import ParsedResponse, parse_response
+from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, TokenCounter
+from kevin.rollout.records import Trajectory, Turn, atomic_write_text, group_trajectories, load_turns, save_turns
+from kevin.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+META_FILE = "rollout.json"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class GenerationOut:
+    """What a policy backend returns for one prompt."""
+
+    text: str
+    token_ids: list[int] = field(default_factory=list)
+    """Sampled response token ids (empty if the backend gives none; the trainer then tokenizes ``text``)."""
+    logprobs: list[float] | None = None
+    """Logprob of each sampled token under the sampling policy, aligned with ``token_ids``."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    truncated: bool = False
+    """Generation stopped at the length limit rather than at an end-of-sequence token."""
+
+
+class Generate(Protocol):
+    def __call__(self, prompts: list[str]) -> list[GenerationOut]: ...
+
+
+Evaluate = Callable[[list[tuple[Task, Candidate]]], list[EvalResult]]
+
+
+# ------------------------------------------------------------------------------------- storage
+
+
+def turn_path(out_dir: str | Path, turn: int) -> Path:
+    return Path(out_dir) / f"turn_{turn:03d}.jsonl"
+
+
+def _completed_turn_files(out_dir: Path) -> list[Path]:
+    """Turn files 0, 1, ... k-1 (a gap means a damaged directory, which is an error, not a guess)."""
+    files = sorted(out_dir.glob("turn_*.jsonl"))
+    for expected, path in enumerate(files):
+        if path != turn_path(out_dir, expected):
+            raise ValueError(f"{out_dir}: turn files are not contiguous from turn_000.jsonl "
+                             f"(found {[p.name for p in files]})")
+    return files
+
+
+def read_meta(out_dir: str | Path) -> dict[str, Any]:
+    path = Path(out_dir) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{out_dir}: no {META_FILE}; not a rollout directory")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def load_rollout(out_dir: str | Path) -> list[Trajectory]:
+    """Every completed turn under ``out_dir``, grouped into trajectories (early stops re-derived)."""
+    out_dir = Path(out_dir)
+    meta = read_meta(out_dir)
+    config = RolloutConfig.from_dict(meta["config"])
+    turns = [t for path in _completed_turn_files(out_dir) for t in load_turns(path)]
+    trajectories = group_trajectories(turns)
+    for traj in trajectories:
+        _update_stop(traj, config)
+    return trajectories
+
+
+class RolloutStore:
+    """Writes a rollout directory turn by turn (each file atomically) and reloads it for a resume."""
+
+    def __init__(self, out_dir: str | Path, config: RolloutConfig, tasks: Sequence[Task]):
+        self.out_dir = Path(out_dir)
+        self.config = config
+        self.task_ids = [t.task_id for t in tasks]
+
+    def _write_meta(self, turns_completed: int, complete: bool) -> None:
+        meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "task_ids": self.task_ids,
+                "turns_completed": turns_completed, "complete": complete}
+        atomic_write_text(self.out_dir / META_FILE, json.dumps(meta, indent=1) + "\n")
+
+    def start(self, resume: bool) -> list[Turn]:
+        """Prepare the directory; return the turns already on disk when resuming (else none)."""
+        existing = _completed_turn_files(self.out_dir) if self.out_dir.is_dir() else []
+        if existing and not resume:
+            raise FileExistsError(f"{self.out_dir} already holds a rollout ({len(existing)} turns); pass resume=True "
+                                  "to continue it, or use an empty directory")
+        turns: list[Turn] = []
+        if existing:
+            self._check_compatible(read_meta(self.out_dir))
+            turns = [t for path in existing for t in load_turns(path)]
+        self._write_meta(len(existing), complete=False)
+        return turns
+
+    def _check_compatible(self, meta: dict[str, Any]) -> None:
+        old = RolloutConfig.from_dict(meta["config"])
+        if meta.get("task_ids") != self.task_ids:
+            raise ValueError(f"{self.out_dir}: cannot resume, it was rolled out for other tasks ({meta.get('task_ids')})")
+        for name in ("trajectories", "backend", "profile"):
+            if getattr(old, name) != getattr(self.config, name):
+                raise ValueError(f"{self.out_dir}: cannot resume, its {name} is {getattr(old, name)!r}, "
+                                 f"now {getattr(self.config, name)!r}")
+
+    def save_turn(self, turn: int, turns: list[Turn]) -> Path:
+        path = save_turns(turn_path(self.out_dir, turn), turns)
+        self._write_meta(turn + 1, complete=False)
+        return path
+
+    def finish(self, turns_completed: int) -> None:
+        self._write_meta(turns_completed, complete=True)
+
+
+# ---------------------------------------------------------------------------------- one turn
+
+
+def _attempts(traj: Trajectory) -> list[Attempt]:
+    return [Attempt(turn=t.turn, kernel=t.kernel, summary=t.summary, feedback=t.feedback) for t in traj.turns]
+
+
+def candidate_id(task_id: str, trajectory: int, turn: int) -> str:
+    return f"{task_id}#traj{trajectory}#turn{turn}"
+
+
+def parse_error_result(task_id: str, cand_id: str, backend: str, parsed: ParsedResponse) -> EvalResult:
+    """The verdict on an unparseable response, built without running anything (score 0)."""
+    result = EvalResult(task_id=task_id, candidate_id=cand_id, status=Status.PARSE_ERROR, backend=backend,
+                        error=parsed.error)
+    result.feedback = feedback_line(result)
+    return result
+
+
+def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: int, evaluate: Evaluate,
+                   backend: str) -> list[EvalResult]:
+    """Verdicts in job order: parse errors locally, every parsed kernel in one evaluate() call."""
+    results: list[EvalResult | None] = [None] * len(jobs)
+    batch: list[tuple[Task, Candidate]] = []
+    batch_index: list[int] = []
+    for i, (task, traj, parsed) in enumerate(jobs):
+        cid = candidate_id(task.task_id, traj.index, turn)
+        if parsed.parse_error:
+            results[i] = parse_error_result(task.task_id, cid, backend, parsed)
+        else:
+            batch.append((task, Candidate(task_id=task.task_id, source=parsed.kernel, trajectory=traj.index,
+                                          turn=turn, candidate_id=cid)))
+            batch_index.append(i)
+    if batch:
+        verdicts = list(evaluate(batch))
+        if len(verdicts) != len(batch):
+            raise RuntimeError(f"evaluate returned {len(verdicts)} results for {len(batch)} candidates")
+        for i, verdict in zip(batch_index, verdicts):
+            if not verdict.feedback:  # the next turn's context needs a feedback line for every attempt
+                verdict.feedback = feedback_line(verdict)
+            results[i] = verdict
+    return [r for r in results if r is not None]
+
+
+def _make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out: GenerationOut,
+               parsed: ParsedResponse, result: EvalResult, count_tokens: TokenCounter) -> Turn:
+    return Turn(
+        task_id=task.task_id, trajectory=traj.index, turn=turn,
+        prompt=ctx.text, prompt_messages=ctx.messages, response=out.text,
+        reasoning=parsed.reasoning, kernel=parsed.kernel, summary=parsed.summary, parse_error=parsed.parse_error,
+        result=result.to_dict(),
+        prompt_tokens=len(out.prompt_token_ids) or ctx.tokens,
+        response_tokens=len(out.token_ids) or count_tokens(out.text),
+        truncated=out.truncated, attempts_in_context=ctx.attempts_kept, attempts_dropped=ctx.attempts_dropped,
+        prompt_token_ids=list(out.prompt_token_ids), response_token_ids=list(out.token_ids),
+        logprobs=list(out.logprobs) if out.logprobs is not None else None,
+    )
+
+
+def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate, evaluate: Evaluate,
+             builder: PromptBuilder, backend: str) -> list[Turn]:
+    """One turn for every live trajectory: one generate() batch, one evaluate() batch. Turns in ``live`` order."""
+    contexts = [builder.build(task, _attempts(traj)) for task, traj in live]
+    over = sum(c.over_budget for c in contexts)
+    if over:
+        log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
+                    turn, over, builder.max_prompt_tokens)
+    outs = list(generate([c.text for c in contexts]))
+    if len(outs) != len(contexts):
+        raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
+    parsed = [parse_response(o.text, truncated=o.truncated) for o in outs]
+    results = _evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn, evaluate, backend)
+    assert builder.count_tokens is not None  # set by PromptBuilder.__post_init__
+    return [_make_turn(task, traj, turn, ctx, out, p, r, builder.count_tokens)
+            for (task, traj), ctx, out, p, r in zip(live, contexts, outs, parsed, results)]
+
+
+def _update_stop(traj: Trajectory, config: RolloutConfig) -> None:
+    """Mark a trajectory stopped once it produced a correct kernel at or above the target speedup."""
+    target = config.early_stop_speedup
+    if target is None or traj.stopped:
+        return
+    for t in traj.turns:
+        if t.correct and t.speedup >= target and t.turn < config.turns - 1:
+            traj.stop_reason = f"turn {t.turn}: correct kernel at {t.speedup:.2f}x >= target {target:g}x"
+            return
+
+
+# ---------------------------------------------------------------------------------- the loop
+
+
+def _check_tasks(tasks: Sequence[Task]) -> None:
+    if not tasks:
+        raise ValueError("run_rollouts needs at least one task")
+    ids = [t.task_id for t in tasks]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ValueError(f"task ids must be unique within a rollout; repeated: {dupes}")
+
+
+def _progress(config: RolloutConfig, start: int):
+    if not config.show_progress:
+        return None
+    from tqdm import tqdm  # only when asked for: keeps the import optional
+
+    return tqdm(total=config.turns, initial=start, desc="rollout", unit="turn", dynamic_ncols=True)
+
+
+def run_rollouts(
+    tasks: Sequence[Task],
+    generate: Generate,
+    evaluate: Evaluate,
+    config: RolloutConfig | None = None,
+    *,
+    tokenizer: Any | None = None,
+    count_tokens: TokenCounter | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+) -> list[Trajectory]:
+    """Roll out ``config.trajectories`` x ``config.turns`` for every task; trajectories in task order.
+
+    ``tokenizer`` renders prompts with its chat template (and counts tokens unless ``count_tokens`` is
+    given); without one, prompts are the plain message text. With ``out_dir`` every finished turn is on
+    disk before the next starts; ``resume=True`` continues a directory's rollout after its last turn.
+    """
+    config = config or RolloutConfig()
+    _check_tasks(tasks)
+    builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens, tokenizer=tokenizer,
+                            count_tokens=count_tokens, profile=config.profile, include_example=config.include_example,
+                            system_prompt=config.system_prompt)
+    trajectories = {(task.task_id, j): Trajectory(task_id=task.task_id, index=j)
+                    for task in tasks for j in range(config.trajectories)}
+    store = RolloutStore(out_dir, config, tasks) if out_dir is not None else None
+    start = 0
+    if store is not None:
+        for turn in store.start(resume):
+            trajectories[(turn.task_id, turn.trajectory)].turns.append(turn)
+        start = max((len(t.turns) for t in trajectories.values()), default=0)
+        for traj in trajectories.values():
+            _update_stop(traj, config)
+
+    bar = _progress(config, start)
+    by_id = {task.task_id: task for task in tasks}
+    done = start
+    for turn in range(start, config.turns):
+        live = [(by_id[tid], traj) for (tid, _), traj in trajectories.items() if not traj.stopped]
+        if not live:
+            break
+        turns = run_turn(turn, live, generate, evaluate, builder, config.backend)
+        for (_, traj), record in zip(live, turns):
+            traj.turns.append(record)
+            _update_stop(traj, config)
+        if store is not None:
+            store.save_turn(turn, turns)
+        done = turn + 1
+        _log_turn(turn, config, turns, bar)
+    if store is not None:
+        store.finish(done)
+    if bar is not None:
+        bar.close()
+    return list(trajectories.values())
+
+
+def _log_turn(turn: int, config: RolloutConfig, turns: list[Turn], bar: Any) -> None:
+    n = len(turns)
+    parse_errors = sum(t.parse_error for t in turns)
+    correct = sum(t.correct for t in turns)
+    log.info("turn %d/%d: %d responses, %d parse errors, %d correct", turn + 1, config.turns, n, parse_errors, correct)
+    if bar is not None:
+        bar.set_postfix(responses=n, correct=f"{correct}/{n}", parse_err=parse_errors)
+        bar.update(1)

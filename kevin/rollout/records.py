@@ -1,0 +1,264 @@
+"""Rollout records: one Turn per (task, trajectory, turn), Trajectories of turns, TrainingSamples.
+
+Records are stdlib dataclasses of plain data so that a rollout batch is a JSONL file any stage (the
+trainer, the monitors, the analysis notebooks) can read without this package's objects. The
+evaluator's verdict is kept as the dict ``EvalResult.to_dict()`` gives, for the same reason.
+
+Files are written to a temporary sibling and renamed into place: a crash leaves either the old file
+or the new one, never half a file (``os.replace`` is atomic within one filesystem).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, TypeVar
+
+from kevin.evaluation.records import EvalResult, Status
+
+
+def _from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
+    """Build a dataclass from a dict: unknown keys are ignored (newer writers), missing ones are an error."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    required = [
+        name for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise ValueError(f"{what}: missing fields {missing} (is this a {cls.__name__} record?)")
+    return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclass
+class Turn:
+    """One response of the policy and its verdict: the unit the trainer turns into one sample."""
+
+    task_id: str
+    trajectory: int
+    """Index of the trajectory within its task (0 .. m-1)."""
+    turn: int
+    """0-based turn number within the trajectory."""
+    prompt: str = ""
+    """The exact text given to the policy (chat template applied when a tokenizer was given)."""
+    prompt_messages: list[dict[str, str]] = field(default_factory=list)
+    """The chat messages the prompt was rendered from."""
+    response: str = ""
+    """The raw text the policy produced."""
+    reasoning: str = ""
+    kernel: str = ""
+    """The parsed solution source (empty on a parse error)."""
+    summary: str = ""
+    parse_error: bool = False
+    result: dict[str, Any] = field(default_factory=dict)
+    """``EvalResult.to_dict()`` of the kernel (a parse-error verdict built without evaluation)."""
+    prompt_tokens: int = 0
+    response_tokens: int = 0
+    truncated: bool = False
+    """The response hit the generation length limit."""
+    attempts_in_context: int = 0
+    """How many earlier attempts the prompt showed."""
+    attempts_dropped: int = 0
+    """How many earlier attempts were left out to fit the prompt token budget (oldest first)."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    response_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = None
+    """Per-token logprobs of the sampled response tokens under the generating policy (None if the backend gave none)."""
+
+    def eval_result(self) -> EvalResult:
+        return EvalResult.from_dict(self.result)
+
+    @property
+    def status(self) -> Status:
+        return Status(self.result["status"])
+
+    @property
+    def score(self) -> float:
+        return float(self.result.get("score", 0.0))
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.result.get("correct", False))
+
+    @property
+    def speedup(self) -> float:
+        return float(self.result.get("speedup", 0.0))
+
+    @property
+    def feedback(self) -> str:
+        return str(self.result.get("feedback", ""))
+
+    def training_sample(self, reward: float, advantage: float) -> "TrainingSample":
+        """This turn as a training sample (prompt = its context, completion = its response)."""
+        return TrainingSample(
+            prompt_token_ids=list(self.prompt_token_ids),
+            completion_token_ids=list(self.response_token_ids),
+            old_logprobs=list(self.logprobs) if self.logprobs is not None else None,
+            reward=reward,
+            advantage=advantage,
+            task_id=self.task_id,
+            trajectory=self.trajectory,
+            turn=self.turn,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Turn":
+        turn = _from_dict(cls, data, "Turn")
+        if turn.result and "status" in turn.result:
+            Status(turn.result["status"])  # fail at load time on a corrupt verdict, not deep in training
+        return turn
+
+
+@dataclass
+class Trajectory:
+    """The turns of one trajectory of one task, in order."""
+
+    task_id: str
+    index: int
+    turns: list[Turn] = field(default_factory=list)
+    stop_reason: str = ""
+    """Why the trajectory ended before the last turn ("" when it ran every turn)."""
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.stop_reason)
+
+    @property
+    def correct(self) -> bool:
+        """A trajectory is correct if any of its kernels is (RECIPE.md section 2)."""
+        return any(t.correct for t in self.turns)
+
+    @property
+    def best_speedup(self) -> float:
+        """Speedup of the fastest correct kernel, 0 if none."""
+        return max((t.speedup for t in self.turns if t.correct), default=0.0)
+
+    @property
+    def best_score(self) -> float:
+        return max((t.score for t in self.turns), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "index": self.index, "stop_reason": self.stop_reason,
+                "turns": [t.to_dict() for t in self.turns]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+        traj = _from_dict(cls, data, "Trajectory")
+        traj.turns = [t if isinstance(t, Turn) else Turn.from_dict(t) for t in traj.turns]
+        return traj
+
+
+@dataclass
+class TrainingSample:
+    """One per-turn sample for the update: token ids, the behaviour policy's logprobs, reward, advantage."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    old_logprobs: list[float] | None
+    """Logprobs of the completion tokens when sampled; None means the trainer recomputes them."""
+    reward: float
+    """The turn's return (e.g. discounted sum of its own and later turns' scores)."""
+    advantage: float
+    task_id: str
+    trajectory: int
+    turn: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "TrainingSample":
+        return _from_dict(cls, data, "TrainingSample")
+
+
+def group_trajectories(turns: Iterable[Turn]) -> list[Trajectory]:
+    """Group turns into trajectories, ordered by first appearance of the task, then trajectory index."""
+    groups: dict[tuple[str, int], Trajectory] = {}
+    task_order: dict[str, int] = {}
+    for turn in turns:
+        task_order.setdefault(turn.task_id, len(task_order))
+        key = (turn.task_id, turn.trajectory)
+        groups.setdefault(key, Trajectory(task_id=turn.task_id, index=turn.trajectory)).turns.append(turn)
+    for traj in groups.values():
+        traj.turns.sort(key=lambda t: t.turn)
+    return sorted(groups.values(), key=lambda tr: (task_order[tr.task_id], tr.index))
+
+
+# ------------------------------------------------------------------------------------- JSONL I/O
+
+R = TypeVar("R", Turn, Trajectory, TrainingSample)
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temp file in the same directory and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())  # the data must be on disk before the rename makes it visible
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Atomically write one JSON object per line."""
+    # Verdicts can hold inf (e.g. the error of an output full of NaN); Python's json writes it as
+    # `Infinity` and reads it back, which matters more here than strict-JSON readers.
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return atomic_write_text(path, text)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL file; a malformed line is an error naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such rollout file: {path}")
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+    return rows
+
+
+def save_records(path: str | Path, records: Iterable[Turn | Trajectory | TrainingSample]) -> Path:
+    """Save a rollout batch (Turns, Trajectories or TrainingSamples) as JSONL, atomically."""
+    return write_jsonl(path, (r.to_dict() for r in records))
+
+
+def load_records(path: str | Path, cls: type[R]) -> list[R]:
+    """Load records of type ``cls`` saved by ``save_records``."""
+    out = []
+    for i, row in enumerate(read_jsonl(path), 1):
+        try:
+            out.append(cls.from_dict(row))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: record {i}: {exc}") from exc
+    return out
+
+
+def save_turns(path: str | Path, turns: Iterable[Turn]) -> Path:
+    return save_records(path, turns)
+
+
+def load_turns(path: str | Path) -> list[Turn]:
+    return load_records(path, Turn)

@@ -1,0 +1,1 @@
+"""GRPO training: the loss (``kevin.training.loss``), the update step, checkpoints."""

@@ -1,0 +1,33 @@
+"""The loop end to end with the real cpu evaluator (compiles C++): the reference solution is judged correct."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin.evaluation import EvalConfig, Evaluator, Status
+from kevin.rollout import GenerationOut, RolloutConfig, load_rollout, run_rollouts
+from kevin.tasks import bundled_solutions_dir
+
+
+@pytest.mark.slow
+def test_reference_solution_in_a_response_is_correct(relu_task, tmp_path):
+    solution = (bundled_solutions_dir("cpu") / "level1" / "01_relu.py").read_text()
+    response = (f"<think>\nOkay, a single pass over the data is enough.\n</think>\n"
+                f"```python\n{solution}```\nOne C++ loop applies max(x, 0) elementwise.")
+    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=5, cache_dir=str(tmp_path / "cache")))
+    prompts_seen: list[list[str]] = []
+
+    def generate(prompts):
+        prompts_seen.append(prompts)
+        return [GenerationOut(text=response) for _ in prompts]
+
+    cfg = RolloutConfig(trajectories=1, turns=2, backend="cpu")  # 2 evaluations keep it short
+    trajs = run_rollouts([relu_task], generate, evaluator.evaluate_many, cfg, out_dir=tmp_path / "rollout")
+    assert [len(p) for p in prompts_seen] == [1, 1]
+    for traj in trajs:
+        for turn in traj.turns:
+            result = turn.eval_result()
+            assert result.status is Status.CORRECT, result.error
+            assert result.speedup > 0 and turn.score == pytest.approx(0.3 + result.speedup)
+        assert "is correct and runs at" in traj.turns[1].prompt  # turn 0's verdict reached turn 1's context
+    assert [t.to_dict() for t in load_rollout(tmp_path / "rollout")] == [t.to_dict() for t in trajs]
