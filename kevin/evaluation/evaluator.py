@@ -271,6 +271,7 @@ class Evaluator:
             r.rule_id, r.compiled, r.correct = v["rule_id"], v["compiled"], v["correct"]
             r.max_abs_error, r.max_rel_error = v["max_abs_error"], v["max_rel_error"]
             r.trials_passed, r.trials_run, r.warnings = v["trials_passed"], v["trials_run"], v["warnings"]
+            r.compile_path = v.get("compile_path", "")
             r.error = trim_error(v["error"] or v["message"]) if r.status is not Status.CORRECT else ""
             if r.status is Status.INCORRECT or r.status is Status.RULE_VIOLATION:
                 r.error = v["message"]
@@ -354,6 +355,7 @@ class Evaluator:
             v = outcome.verdict
             if v and v["status"] == "correct":
                 self._compile_times[i] = v.get("times", {}).get("compile", 0.0)
+                self._compile_paths[i] = v.get("compile_path", "")
                 run_q.put(i)
             else:
                 done(i, self._score(self.from_outcome(task, cand, outcome, None)))
@@ -368,9 +370,11 @@ class Evaluator:
                 result = self._run_phase(task, cand, device)
                 self.run_intervals.append((device, began, time.monotonic()))
                 result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
+                result.compile_path = result.compile_path or self._compile_paths.get(i, "")
                 done(i, result)
 
         self._compile_times: dict[int, float] = {}
+        self._compile_paths: dict[int, str] = {}
         self.run_intervals: list[tuple[str, float, float]] = []  # (device, start, end) of run phases, for busy-share figures
         runners = [threading.Thread(target=run_worker, args=(d,), daemon=True) for d in devices]
         if overlap:

@@ -51,6 +51,7 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
     times: dict[str, float] = field(default_factory=dict)
     kernels: list[str] = field(default_factory=list)
+    compile_path: str = ""
 
 
 class Stop(Exception):
@@ -187,7 +188,7 @@ class Session:
 
         self.compiler = InlineCompiler(
             cache_dir=self.cfg.resolved_cache_dir, backend=self.cfg.backend, rules=self.rules,
-            use_pch=self.cfg.use_pch, max_jobs=int(self.job.get("max_jobs", 2)),
+            use_pch=self.cfg.use_pch, max_jobs=int(self.job.get("max_jobs", 2)), fast_cuda=self.cfg.fast_cuda_compile,
         )
         self.compiler.original = cpp_extension.load_inline
         extras = [("task", self.task)] + ([("task.Model", self.task.Model)] if self.task else [])
@@ -217,6 +218,7 @@ class Session:
         self.verdict.times["load"] = time.perf_counter() - start - self.compiler.compile_seconds
         self.verdict.compiled = True
         self.verdict.kernels = list(self.compiler.kernels)
+        self.verdict.compile_path = self.compiler.fast_path
         hit = self.compiler.missing_inline_kernel()
         if hit:
             self.fail("rule_violation", hit.message, rule_id=hit.rule_id)

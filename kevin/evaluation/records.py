@@ -80,6 +80,8 @@ class EvalResult:
     trials_passed: int = 0
     trials_run: int = 0
     flagged_speedup: bool = False
+    compile_path: str = ""
+    """cuda: "lite" (narrow torch header) or "full-fallback" (the stock header decided); "" otherwise."""
     feedback: str = ""
     error: str = ""
     warnings: list[str] = field(default_factory=list)

@@ -1,0 +1,31 @@
+"""Generation backends: in-process transformers (``hf``); an OpenAI-compatible server (``openai_backend``).
+
+Every backend is a callable ``prompts -> list[GenerationOut]`` (``kevin.rollout.loop.Generate``).
+Names are resolved lazily so that ``import kevin.policy`` never imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "HFPolicy": "kevin.policy.hf",
+    "SamplingConfig": "kevin.policy.hf",
+    "OpenAIPolicy": "kevin.policy.openai_backend",
+    "OpenAIConfig": "kevin.policy.openai_backend",
+    "LoraAdapterSync": "kevin.policy.openai_backend",
+    "FullWeightSync": "kevin.policy.openai_backend",
+    "embedded_model_path": "kevin.policy.embedded",
+    "load_embedded": "kevin.policy.embedded",
+    "export_hf_dir": "kevin.policy.embedded",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kevin.policy' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,331 @@
+"""In-process generation with a transformers causal LM (CPU or GPU): the ``hf`` policy backend.
+
+``HFPolicy(model, tokenizer, SamplingConfig(...))`` is a ``Generate`` callable for the rollout loop:
+``policy(prompts) -> list[GenerationOut]``, one per prompt, in order. The trainer can share the same
+model object, so every update is visible to the next rollout without copying weights.
+
+Why our own sampling loop rather than ``model.generate``:
+- the log-prob of every sampled token is taken from one [B, V] row at a time. ``generate``'s
+  ``output_logits`` keeps every step's [B, V] logits until the end: 16K tokens x 16 prompts x a 150K
+  vocabulary would be ~150 GB;
+- sampling draws from a private ``torch.Generator``: a seeded policy is reproducible, and generating
+  never moves the global RNG that the trainer checkpoints;
+- left padding and position ids are explicit, so a prompt's tokens do not depend on its batch
+  (tests/policy check this against a single-prompt forward pass).
+What it lacks: static caches, compilation, speculative decoding. For throughput, serve the model with
+vLLM and use the ``openai`` backend.
+
+Log-prob convention (``GenerationOut.logprobs``): logprobs[t] = log_softmax(z_t / temperature)[token_t]
+in float32, z_t the raw logits. top_p decides which tokens may be sampled, but the recorded log-prob is
+NOT renormalised over the top-p nucleus: the trainer's ``sequence_logprobs`` (temperature-scaled, no
+truncation) recomputes exactly this quantity from a forward pass, so the stored values match the
+trainer's to float precision and serve as a check of generation/training mismatch. (The trainer
+recomputes its old log-probs anyway, because a server backend may return none.) With temperature 0
+(greedy decoding) the log-probs are at temperature 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from kevin.rollout.loop import GenerationOut
+
+__all__ = ["HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
+
+
+@dataclass
+class SamplingConfig:
+    """How the in-process policy samples (the ``sampling`` section of params.yaml)."""
+
+    temperature: float = 0.9
+    """Softmax temperature (the paper: 0.9 for training and evaluation). 0 means greedy decoding.
+    The trainer must use the same value (``TrainConfig.temperature``) to recompute log-probs."""
+
+    top_p: float = 1.0
+    """Nucleus sampling: sample only from the smallest set of tokens whose probability reaches top_p
+    (1.0 = the full distribution, as the paper's sampler)."""
+
+    max_new_tokens: int = 1024
+    """Longest response in tokens; a response cut here is marked ``truncated``. The paper used 16384
+    (raised to 22528 at step 30); the small default suits the embedded CPU model."""
+
+    batch_size: int = 16
+    """Prompts generated together in one forward batch (bounds memory: the KV cache grows with it)."""
+
+    seed: int | None = 0
+    """Seed of the policy's private sampling generator: the same seed and the same calls give the same
+    samples. None draws from torch's global RNG instead (reproducible through the trainer's checkpoints)."""
+
+    add_special_tokens: bool = False
+    """Let the tokenizer add its special tokens (e.g. BOS) to each prompt. Off because prompts arrive
+    already rendered by the chat template, which writes the special tokens it needs."""
+
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Extra token ids that end a response, besides the tokenizer's and the model's EOS ids."""
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.temperature) or not self.temperature >= 0:
+            raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy; the paper uses 0.9), got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1] (1 = no nucleus cut), got {self.top_p!r}")
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sampling.{name} must be a positive integer, got {value!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"sampling.seed must be a non-negative integer or None (global RNG), got {self.seed!r}")
+        if not isinstance(self.add_special_tokens, bool):
+            raise ValueError(f"sampling.add_special_tokens must be true or false, got {self.add_special_tokens!r}")
+        self.stop_token_ids = list(self.stop_token_ids)
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"sampling.stop_token_ids must be non-negative token ids, got {self.stop_token_ids!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SamplingConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown sampling settings: {unknown}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+# ------------------------------------------------------------------------------ pure helpers
+
+
+def left_pad(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists: ids [B, P] (pad_id in front), attention mask [B, P] (1 = real token).
+
+    Left padding puts every prompt's last token in the last column, so one decoding step appends to all.
+    """
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if len(s):
+            ids[i, width - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Logits [B, V] with every token outside the top-p nucleus set to -inf (the most likely one always stays)."""
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [B, V]
+    probs = torch.softmax(sorted_logits, dim=-1)
+    # Drop a token when the tokens ranked above it already reach top_p (so the first token is never dropped).
+    drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= top_p  # [B, V]
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument: ``cache`` from transformers 5.24 on, ``past_key_values`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wraps the model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+def _forward(model: Any, **kwargs: Any) -> Any:
+    """model(**kwargs) with ``logits_to_keep=1`` where the model supports it (saves the prompt's [B, P, V] logits)."""
+    try:
+        return model(logits_to_keep=1, **kwargs)
+    except TypeError as exc:
+        if "logits_to_keep" not in str(exc):
+            raise
+        return model(**kwargs)
+
+
+# ------------------------------------------------------------------------------ the policy
+
+
+class HFPolicy:
+    """A transformers causal LM + tokenizer as a batched sampler returning ``GenerationOut`` per prompt.
+
+    ``model`` may be a plain ``PreTrainedModel`` or a peft ``PeftModel``; it stays where it is (device and
+    dtype are the caller's: the trainer moves it). ``autocast_dtype`` runs generation under
+    ``torch.autocast`` (default: bfloat16 on CUDA when the weights are float32, e.g. the trainer's fp32
+    master weights; nothing on CPU).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, config: SamplingConfig | None = None, *,
+                 autocast_dtype: torch.dtype | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config or SamplingConfig()
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if pad is None:
+            raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
+        self.pad_token_id = int(pad)
+        self.eos_token_ids = self._eos_ids()
+        if not self.eos_token_ids:
+            raise ValueError("no end-of-sequence token id: set tokenizer.eos_token or sampling.stop_token_ids")
+        if autocast_dtype is None and self.device.type == "cuda" and _param_dtype(model) == torch.float32:
+            autocast_dtype = torch.bfloat16
+        self.autocast_dtype = autocast_dtype
+        # Created at the first call, on the model's device then (the trainer may move the model after this).
+        self._generator: torch.Generator | None = None
+        self._pending_state: torch.Tensor | None = None
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str, config: SamplingConfig | None = None, *, device: str | None = None,
+                        dtype: torch.dtype | str = "auto", **model_kwargs: Any) -> "HFPolicy":
+        """Load a model directory (or hub name, where reachable) with its tokenizer onto ``device``."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, **model_kwargs)
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        return cls(model.eval(), tokenizer, config)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set(self.config.stop_token_ids)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        gen_eos = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        if gen_eos is not None:
+            ids.update(int(i) for i in (gen_eos if isinstance(gen_eos, (list, tuple)) else [gen_eos]))
+        return ids
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    # -- RNG state (so a resumed run continues the same sample stream)
+
+    def _sampler(self) -> torch.Generator | None:
+        """The private generator (None without a seed: the global RNG is used)."""
+        if self.config.seed is None:
+            return None
+        if self._generator is None or self._generator.device != self.device:
+            self._generator = torch.Generator(device=self.device).manual_seed(self.config.seed)
+            if self._pending_state is not None:
+                self._generator.set_state(self._pending_state)
+                self._pending_state = None
+        return self._generator
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's RNG state (save it with a checkpoint so a resumed run draws the same samples)."""
+        gen = self._sampler()
+        return {"generator": gen.get_state() if gen is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("generator") is None or self.config.seed is None:
+            return
+        self._generator, self._pending_state = None, state["generator"]
+
+    # -- generation
+
+    def __call__(self, prompts: list[str]) -> list[GenerationOut]:
+        return self.generate(prompts)
+
+    def generate(self, prompts: Sequence[str]) -> list[GenerationOut]:
+        """Sample one response per prompt text (prompts already rendered with the chat template)."""
+        if not prompts:
+            return []
+        encoded = self.tokenizer(list(prompts), add_special_tokens=self.config.add_special_tokens)["input_ids"]
+        return self.generate_ids(encoded)
+
+    def generate_ids(self, prompt_ids: Sequence[Sequence[int]]) -> list[GenerationOut]:
+        """Sample one response per tokenized prompt; outputs in input order."""
+        empty = [i for i, p in enumerate(prompt_ids) if len(p) == 0]
+        if empty:
+            raise ValueError(f"prompts {empty} are empty after tokenization; every prompt needs at least one token")
+        # Batch prompts of similar length together (less padding); results go back to input order.
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+        outs: list[GenerationOut | None] = [None] * len(prompt_ids)
+        bs = self.config.batch_size
+        was_training = self.model.training
+        self.model.eval()  # no dropout; transformers also turns the KV cache off for checkpointing in train mode
+        try:
+            for start in range(0, len(order), bs):
+                idx = order[start:start + bs]
+                for i, out in zip(idx, self._sample_batch([list(prompt_ids[i]) for i in idx])):
+                    outs[i] = out
+        finally:
+            self.model.train(was_training)
+        return [o for o in outs if o is not None]
+
+    def _pick(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Next tokens [B] and their log-probs [B] from raw logits [B, V] (float32); see the module docstring."""
+        cfg = self.config
+        if cfg.greedy:
+            tokens = logits.argmax(dim=-1)  # [B]
+            logp = torch.log_softmax(logits, dim=-1)
+        else:
+            scaled = logits / cfg.temperature  # [B, V]
+            logp = torch.log_softmax(scaled, dim=-1)
+            probs = torch.softmax(top_p_filter(scaled, cfg.top_p), dim=-1)
+            tokens = torch.multinomial(probs, 1, generator=self._sampler()).squeeze(1)  # [B]
+        return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+    @torch.no_grad()
+    def _sample_batch(self, prompts: list[list[int]]) -> list[GenerationOut]:
+        device, cfg = self.device, self.config
+        n, max_new = len(prompts), cfg.max_new_tokens
+        ids, mask = left_pad(prompts, self.pad_token_id, device)  # [B, P]
+        # Real tokens are numbered 0, 1, ... whatever their padding, as in a single-prompt pass.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+        next_pos = positions[:, -1:] + 1  # [B, 1]
+        eos = torch.tensor(sorted(self.eos_token_ids), device=device)
+        tokens = torch.full((n, max_new), self.pad_token_id, dtype=torch.long, device=device)  # [B, N]
+        logps = torch.zeros((n, max_new), dtype=torch.float32, device=device)  # [B, N]
+        lengths = torch.full((n,), max_new, dtype=torch.long, device=device)  # [B]: EOS included
+        finished = torch.zeros(n, dtype=torch.bool, device=device)  # [B]
+        autocast = (torch.autocast(device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
+                    else contextlib.nullcontext())
+        cache_kw = _cache_kwarg(self.model)
+        with autocast:
+            out = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            for t in range(max_new):
+                tok, lp = self._pick(out.logits[:, -1, :].float())  # [B], [B]
+                tok = torch.where(finished, torch.full_like(tok, self.pad_token_id), tok)
+                tokens[:, t], logps[:, t] = tok, lp
+                ended = ~finished & torch.isin(tok, eos)
+                lengths = torch.where(ended, torch.full_like(lengths, t + 1), lengths)
+                finished |= ended
+                if bool(finished.all()) or t + 1 == max_new:
+                    break
+                mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
+                out = _forward(self.model, input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=next_pos,
+                               use_cache=True, **{cache_kw: _cache_of(out)})
+                next_pos = next_pos + 1
+        results = []
+        for i in range(n):
+            k = int(lengths[i])
+            token_ids = tokens[i, :k].tolist()
+            results.append(GenerationOut(
+                text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                token_ids=token_ids,
+                logprobs=logps[i, :k].tolist(),
+                prompt_token_ids=list(prompts[i]),
+                truncated=not bool(finished[i]),
+            ))
+        return results
+
+
+def _param_dtype(model: Any) -> torch.dtype:
+    return next(model.parameters()).dtype

@@ -1,0 +1,135 @@
+"""One training step of the pipeline: roll out, score, turn returns, group advantages, persist, update.
+
+    trajectories = rollout(tasks, policy, evaluate)            m x n turns per task, on disk per turn
+    R_t          = turn_returns(scores of the trajectory)      e.g. discounted sum, gamma 0.4
+    A            = group_advantages(R, group = task)           over ALL m x n samples of a task
+    samples.jsonl                                              written BEFORE the update reads them
+    metrics      = trainer.update(samples)                     grad_steps optimiser steps
+
+Orchestration (Prefect flows, checkpoints every step, MLflow logging) wraps this; it does none of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from kevin.rewards import RewardConfig
+from kevin.rollout.config import RolloutConfig
+from kevin.rollout.loop import Evaluate, Generate, run_rollouts
+from kevin.rollout.records import TrainingSample, Trajectory, Turn, save_records
+
+__all__ = ["StepResult", "build_samples", "rollout_metrics", "train_step"]
+
+SAMPLES_FILE = "samples.jsonl"
+ROLLOUT_DIR = "rollout"
+
+
+def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int], list[float] | None]:
+    """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids."""
+    prompt, response, logprobs = list(turn.prompt_token_ids), list(turn.response_token_ids), turn.logprobs
+    if (not prompt or not response) and tokenizer is None:
+        raise ValueError(f"{turn.task_id} traj {turn.trajectory} turn {turn.turn}: the backend returned no token ids "
+                         "and no tokenizer was given to tokenize its text; pass tokenizer=")
+    if not prompt:
+        prompt = tokenizer.encode(turn.prompt, add_special_tokens=False)
+    if not response:
+        response = tokenizer.encode(turn.response, add_special_tokens=False)
+        eos = getattr(tokenizer, "eos_token_id", None)
+        if not turn.truncated and eos is not None:
+            response.append(int(eos))  # the response ended by choice: train the model to stop there too
+        logprobs = None  # server log-probs would not line up with our own tokenization
+    return prompt, response, logprobs
+
+
+def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
+                  tokenizer: Any | None = None) -> list[TrainingSample]:
+    """Every turn of every trajectory as a TrainingSample (trajectory order, then turn order).
+
+    reward = the turn's return under ``reward_cfg`` (from the scores of its own trajectory);
+    advantage = that return normalised over all samples of the same task (m trajectories x n turns).
+    """
+    turns: list[Turn] = []
+    returns: list[float] = []
+    groups: list[int] = []
+    task_index: dict[str, int] = {}
+    for traj in trajectories:
+        ordered = sorted(traj.turns, key=lambda t: t.turn)
+        turns.extend(ordered)
+        returns.extend(reward_cfg.returns([t.score for t in ordered]))
+        groups.extend([task_index.setdefault(traj.task_id, len(task_index))] * len(ordered))
+    if not turns:
+        return []
+    adv = reward_cfg.advantages(torch.tensor(returns, dtype=torch.float64), groups).tolist()
+    samples = []
+    for turn, ret, a in zip(turns, returns, adv):
+        prompt, response, logprobs = _token_ids(turn, tokenizer)
+        sample = turn.training_sample(reward=float(ret), advantage=float(a))
+        sample.prompt_token_ids, sample.completion_token_ids, sample.old_logprobs = prompt, response, logprobs
+        samples.append(sample)
+    return samples
+
+
+def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Means over all turns: score, correct, parse errors, truncation, response tokens; best score per trajectory."""
+    turns = [t for traj in trajectories for t in traj.turns]
+    if not turns:
+        return {"turns": 0.0}
+    n = float(len(turns))
+    return {
+        "turns": n,
+        "score_mean": sum(t.score for t in turns) / n,
+        "correct_share": sum(t.correct for t in turns) / n,
+        "parse_error_share": sum(t.parse_error for t in turns) / n,
+        "truncated_share": sum(t.truncated for t in turns) / n,
+        "response_tokens_mean": sum(t.response_tokens for t in turns) / n,
+        "best_score_mean": sum(traj.best_score for traj in trajectories) / max(1, len(trajectories)),
+    }
+
+
+@dataclass
+class StepResult:
+    """What one training step produced."""
+
+    trajectories: list[Trajectory]
+    samples: list[TrainingSample]
+    update_metrics: list[dict[str, float]] = field(default_factory=list)
+    """One dict per optimiser step (see ``GRPOTrainer.update``)."""
+    rollout_metrics: dict[str, float] = field(default_factory=dict)
+    samples_path: Path | None = None
+
+
+def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, reward_cfg: RewardConfig,
+               rollout_cfg: RolloutConfig, trainer: Any, *, out_dir: str | Path | None = None,
+               tokenizer: Any | None = None, rollout_fn: Callable[..., list[Trajectory]] = run_rollouts) -> StepResult:
+    """Roll out ``tasks`` with ``policy``, score with ``evaluate``, and make one ``trainer.update``.
+
+    ``out_dir`` (one directory per step): the rollout goes to ``out_dir/rollout`` turn by turn and the
+    samples to ``out_dir/samples.jsonl`` before the update. A step re-run on the same directory resumes
+    its rollout (a finished one is reused as is), so a killed step replays on the same data.
+    ``tokenizer`` (default: ``policy.tokenizer``) renders prompts with the chat template and tokenizes
+    responses of backends that return no token ids. ``rollout_fn`` replaces ``run_rollouts`` (same
+    signature), e.g. a synthetic environment in the tests.
+    """
+    tokenizer = tokenizer if tokenizer is not None else getattr(policy, "tokenizer", None)
+    _check_temperatures(policy, trainer)
+    out = Path(out_dir) if out_dir is not None else None
+    trajectories = rollout_fn(tasks, policy, evaluate, rollout_cfg, tokenizer=tokenizer,
+                              out_dir=out / ROLLOUT_DIR if out is not None else None, resume=out is not None)
+    samples = build_samples(trajectories, reward_cfg, tokenizer)
+    path = save_records(out / SAMPLES_FILE, samples) if out is not None else None
+    metrics = trainer.update(samples) if samples else []
+    return StepResult(trajectories=trajectories, samples=samples, update_metrics=metrics,
+                      rollout_metrics=rollout_metrics(trajectories), samples_path=path)
+
+
+def _check_temperatures(policy: Any, trainer: Any) -> None:
+    """The trainer's log-probs must be those of the distribution the policy sampled from."""
+    sampling = getattr(getattr(policy, "config", None), "temperature", None)
+    training = getattr(getattr(trainer, "config", None), "temperature", None)
+    if sampling and training and abs(float(sampling) - float(training)) > 1e-9:
+        raise ValueError(f"the policy samples at temperature {sampling} but the trainer computes log-probs at "
+                         f"{training}; set train.temperature to the sampling temperature")

@@ -1,0 +1,143 @@
+"""train_step and build_samples: returns per trajectory, advantages per task over m x n, persistence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kevin.evaluation.records import EvalResult, Status
+from kevin.rewards import RewardConfig
+from kevin.rollout.config import RolloutConfig
+from kevin.rollout.loop import GenerationOut, load_rollout
+from kevin.rollout.records import TrainingSample, Trajectory, Turn, load_records
+from kevin.tasks import make_task
+from kevin.training.config import TrainConfig
+from kevin.training.loss import LossConfig
+from kevin.training.step import build_samples, train_step
+from kevin.training.trainer import GRPOTrainer
+from tests.tiny_lm import tiny_model, tiny_tokenizer
+
+
+def turn(task, traj, t, score, **kw):
+    status = "correct" if score > 0 else "incorrect"
+    return Turn(task_id=task, trajectory=traj, turn=t, result={"status": status, "score": score},
+                prompt_token_ids=[5, 6], response_token_ids=[7, 8, 1], logprobs=[-1.0, -1.0, -0.5], **kw)
+
+
+def test_build_samples_discounted_returns_and_task_groups():
+    g = 0.4
+    scores = {("a", 0): [0.0, 1.3, 0.0], ("a", 1): [0.3, 0.0, 2.3], ("b", 0): [0.0, 0.0, 0.0], ("b", 1): [0.0, 0.5, 0.0]}
+    trajs = [Trajectory(task_id=k[0], index=k[1], turns=[turn(k[0], k[1], t, s) for t, s in enumerate(v)])
+             for k, v in scores.items()]
+    trajs[0].turns.reverse()  # turn order in the record must not matter
+    samples = build_samples(trajs, RewardConfig(gamma=g))
+    assert len(samples) == 12 and [s.turn for s in samples[:3]] == [0, 1, 2]
+    expected = {
+        ("a", 0): [0 + g * 1.3 + g * g * 0, 1.3 + g * 0, 0.0],
+        ("a", 1): [0.3 + g * 0 + g * g * 2.3, 0 + g * 2.3, 2.3],  # a later turn's return: S_1 + gamma S_2
+        ("b", 0): [0.0, 0.0, 0.0],
+        ("b", 1): [g * 0.5, 0.5, 0.0],
+    }
+    for s in samples:
+        assert s.reward == pytest.approx(expected[(s.task_id, s.trajectory)][s.turn])
+    for task in "ab":  # advantages: (R - mean) / (std + eps) over the task's m x n = 6 samples
+        r = torch.tensor([x for (t, _), v in expected.items() if t == task for x in v], dtype=torch.float64)
+        adv = (r - r.mean()) / (r.std() + 1e-4)
+        got = [s.advantage for s in samples if s.task_id == task]
+        assert got == pytest.approx(adv.tolist(), abs=1e-9)
+    assert samples[0].prompt_token_ids == [5, 6] and samples[0].old_logprobs == [-1.0, -1.0, -0.5]
+
+
+def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
+    tok = tiny_tokenizer()
+    t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result={"status": "correct", "score": 1.0},
+              logprobs=[-0.1])
+    t1 = Turn(task_id="a", trajectory=1, turn=0, prompt="<u>hi<a>", response="abc", truncated=True,
+              result={"status": "incorrect", "score": 0.0})
+    s0, s1 = build_samples([Trajectory("a", 0, [t0]), Trajectory("a", 1, [t1])], RewardConfig(), tok)
+    assert s0.prompt_token_ids == tok.encode("<u>hi<a>", add_special_tokens=False)
+    assert s0.completion_token_ids == tok.encode("ab", add_special_tokens=False) + [tok.eos_token_id]
+    assert s1.completion_token_ids == tok.encode("abc", add_special_tokens=False)  # cut off: no EOS to learn
+    assert s0.old_logprobs is None  # server log-probs would not line up with our tokens
+    with pytest.raises(ValueError, match="tokenizer"):
+        build_samples([Trajectory("a", 0, [t0])], RewardConfig())
+
+
+TASK_SRC = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+class Generator:
+    """Parseable responses with small token ids; the kernel text says which variant it is."""
+
+    def __init__(self):
+        self.calls = 0
+        self.config = type("C", (), {"temperature": 1.0})()
+
+    def __call__(self, prompts):
+        self.calls += 1
+        outs = []
+        for i, _ in enumerate(prompts):
+            fast = (i + self.calls) % 3 == 0
+            text = f"```python\nclass ModelNew(nn.Module):  # {'fast' if fast else 'slow'}\n    x = 1\n```\nsummary"
+            outs.append(GenerationOut(text=text, token_ids=[10 + i % 5, 11, 1], logprobs=None,
+                                      prompt_token_ids=[2, 5, 6, 3]))
+        return outs
+
+
+def evaluate(items):
+    out = []
+    for task, cand in items:
+        fast = "fast" in cand.source
+        out.append(EvalResult(task_id=task.task_id, candidate_id=cand.key,
+                              status=Status.CORRECT if fast else Status.INCORRECT, correct=fast, compiled=True,
+                              speedup=1.5 if fast else 0.0, score=1.8 if fast else 0.0))
+    return out
+
+
+def test_train_step_end_to_end_with_run_rollouts(tmp_path):
+    tok = tiny_tokenizer()
+    tasks = [make_task(f"toy/{n}", 1, n, TASK_SRC) for n in "ab"]
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(lr=1e-3, temperature=1.0, device="cpu",
+                                                       loss=LossConfig(max_completion_length=8)), tokenizer=tok)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    gen = Generator()
+    result = train_step(tasks, gen, evaluate, RewardConfig(gamma=0.4), RolloutConfig(trajectories=3, turns=2),
+                        trainer, out_dir=tmp_path / "step_0", tokenizer=tok)
+    assert gen.calls == 2 and len(result.samples) == 2 * 3 * 2 and len(result.update_metrics) == 2
+    assert 0 < result.rollout_metrics["correct_share"] < 1
+    # Persisted before the update: the rollout turn by turn, and the samples.
+    assert load_records(tmp_path / "step_0" / "samples.jsonl", TrainingSample) == result.samples
+    assert len(load_rollout(tmp_path / "step_0" / "rollout")) == 6
+    for traj in result.trajectories:  # turn 0's return includes gamma x turn 1's score
+        r0, r1 = [s.reward for s in result.samples if (s.task_id, s.trajectory) == (traj.task_id, traj.index)]
+        assert r1 == pytest.approx(traj.turns[1].score) and r0 == pytest.approx(traj.turns[0].score + 0.4 * r1)
+    assert any(not torch.equal(v, before[k]) for k, v in trainer.model.named_parameters())
+    # Re-running the same step directory replays the finished rollout instead of generating again.
+    again = train_step(tasks, gen, evaluate, RewardConfig(gamma=0.4), RolloutConfig(trajectories=3, turns=2),
+                       trainer, out_dir=tmp_path / "step_0", tokenizer=tok)
+    assert gen.calls == 2 and [s.reward for s in again.samples] == [s.reward for s in result.samples]
+
+
+def test_train_step_refuses_mismatched_temperatures():
+    tok = tiny_tokenizer()
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=0.9, device="cpu"))
+    with pytest.raises(ValueError, match="temperature"):
+        train_step([], Generator(), evaluate, RewardConfig(), RolloutConfig(), trainer)
