@@ -40,6 +40,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from kevin.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -288,8 +289,10 @@ def _default_max_thresholds() -> dict[str, float]:
 
 
 @dataclass
-class MonitorConfig:
+class MonitorConfig(Settings):
     """Which collapse indicators alert, when, and which of them stop training."""
+
+    section = "monitor"
 
     expected_opening: str | None = None
     """The text the model's reasoning starts with ("Okay," for QwQ-32B); None calibrates it from the first
@@ -376,15 +379,6 @@ class MonitorConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MonitorConfig":
-        """From the `monitor` section of params.yaml; unknown keys are an error (typos would be ignored)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown monitor settings: {unknown}; known: {sorted(known)}")
-        return cls(**dict(data))
 
 
 # ----------------------------------------------------------------------------------------------------

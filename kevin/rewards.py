@@ -17,16 +17,16 @@ How this departs from single-turn GRPO (e.g. TRL's GRPOTrainer):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from kevin.evaluation.records import kernel_score
+from kevin.settings import Settings
 
 __all__ = [
     "AGGREGATIONS",
@@ -180,8 +180,10 @@ def group_advantages(
 
 
 @dataclass
-class RewardConfig:
+class RewardConfig(Settings):
     """How kernel scores become returns and advantages (the ``rewards`` section of params.yaml)."""
+
+    section = "rewards"
 
     aggregation: str = "sum"
     """Turn-return aggregation: `sum` (discounted sum, the paper's choice), `max` (discounted max),
@@ -221,13 +223,4 @@ class RewardConfig:
             returns, group_ids, scale_by_std=self.scale_by_std, leave_one_out=self.leave_one_out, eps=self.eps
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RewardConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown rewards settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kevin.evaluation.isolation import SandboxConfig
+from kevin.settings import Settings
 
 BACKENDS = ("cuda", "cpu")
 
@@ -19,8 +19,10 @@ def default_cache_dir() -> Path:
 
 
 @dataclass
-class EvalConfig:
+class EvalConfig(Settings):
     """How candidates are compiled, checked and timed."""
+
+    section = "evaluation"
 
     backend: str = "cpu"
     """`cuda` (the paper's setting: inline CUDA on a GPU) or `cpu` (inline C++; runs without a GPU)."""
@@ -140,13 +142,4 @@ class EvalConfig:
     def resolved_cache_dir(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else default_cache_dir()
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "EvalConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown evaluation settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)

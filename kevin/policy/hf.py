@@ -27,7 +27,6 @@ recomputes its old log-probs anyway, because a server backend may return none.) 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import inspect
 import numbers
 from dataclasses import dataclass, field
@@ -36,13 +35,16 @@ from typing import Any, Sequence
 import torch
 
 from kevin.rollout.loop import GenerationOut
+from kevin.settings import Settings
 
 __all__ = ["HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
 
 
 @dataclass
-class SamplingConfig:
+class SamplingConfig(Settings):
     """How the in-process policy samples (the ``sampling`` section of params.yaml)."""
+
+    section = "sampling"
 
     temperature: float = 0.9
     """Softmax temperature (the paper: 0.9 for training and evaluation). 0 means greedy decoding.
@@ -90,17 +92,6 @@ class SamplingConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SamplingConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown sampling settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)
 
 
 def _is_number(x: Any) -> bool:

@@ -26,14 +26,12 @@ costs nothing; the weight-sync classes use the standard library for their few ad
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import random
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
@@ -42,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence, Union
 
 from kevin.rollout.loop import GenerationOut
+from kevin.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +70,10 @@ class WeightSyncError(RuntimeError):
 
 
 @dataclass
-class OpenAIConfig:
+class OpenAIConfig(Settings):
     """Where the server is, how hard to push it, and how to sample."""
+
+    section = "openai backend"
 
     model: str = ""
     """Served model name, as listed by ``GET {base_url}/models``: vLLM's ``--served-model-name`` (default: the
@@ -174,17 +175,6 @@ class OpenAIConfig:
 
     def api_key(self) -> str:
         return (os.environ.get(self.api_key_env) if self.api_key_env else None) or _NO_KEY
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "OpenAIConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown openai backend settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)
 
 
 def _check_int(name: str, value: Any, minimum: int) -> None:

@@ -6,16 +6,17 @@ the loop only decides what is asked and when a trajectory ends.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from kevin.settings import Settings
 
 BACKENDS = ("cuda", "cpu")
 
 
 @dataclass
-class RolloutConfig:
+class RolloutConfig(Settings):
     """How many trajectories and turns to roll out per task, and how their prompts are built."""
+
+    section = "rollout"
 
     trajectories: int = 16
     """m: parallel trajectories per task (the paper trains with 16)."""
@@ -67,13 +68,4 @@ class RolloutConfig:
         """m x n: the group over which advantages are normalised (fewer if trajectories stop early)."""
         return self.trajectories * self.turns
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RolloutConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown rollout settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)

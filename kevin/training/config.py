@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kevin.training.loss import LossConfig
+from kevin.settings import Settings
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("auto", "bf16", "fp32")
@@ -26,8 +27,10 @@ def _positive_int(x: Any) -> bool:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Settings):
     """The GRPO update: optimiser, schedule, batching, precision, LoRA, checkpoints."""
+
+    section = "train"
 
     lr: float = 2e-6
     """AdamW learning rate (the paper's single-turn run: 2e-6, constant after warmup)."""
@@ -177,10 +180,4 @@ class TrainConfig:
         data["adam_betas"] = list(self.adam_betas)
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown train settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)
+

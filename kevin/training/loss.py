@@ -26,11 +26,11 @@ Where this matches TRL's GRPOTrainer and where not: see tests/training/test_loss
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import torch
+from kevin.settings import Settings
 
 __all__ = [
     "LOSS_AGGREGATIONS",
@@ -134,8 +134,10 @@ def aggregate_token_loss(per_token_loss: torch.Tensor, mask: torch.Tensor, aggre
 
 
 @dataclass
-class LossConfig:
+class LossConfig(Settings):
     """The GRPO objective (the ``loss`` section of params.yaml)."""
+
+    section = "loss"
 
     eps_low: float = 0.2
     """Lower clip: the ratio may fall to 1 - eps_low on tokens with negative advantage before clipping."""
@@ -175,17 +177,6 @@ class LossConfig:
     def needs_reference(self) -> bool:
         """Whether a reference model's log-probs are needed (only when the KL penalty is on)."""
         return self.beta > 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LossConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown loss settings: {unknown}; known: {sorted(known)}")
-        return cls(**data)
 
 
 def _check_shapes(logp_new: torch.Tensor, logp_old: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,

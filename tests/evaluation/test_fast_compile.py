@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
-import sysconfig
 import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
