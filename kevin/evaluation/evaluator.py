@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import platform
 import queue
@@ -192,6 +193,8 @@ class Evaluator:
             from kevin.evaluation.compiler import prepare_torch_pch
 
             self._pch_note = prepare_torch_pch(self.cache_dir)
+            if self._pch_note:
+                logging.getLogger(__name__).warning("%s (C++ compiles will be slower)", self._pch_note)
             self._pch_ready = True
 
     # -- baseline ----------------------------------------------------------------------------
