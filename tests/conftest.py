@@ -73,3 +73,28 @@ torch::Tensor relu_forward(torch::Tensor x) {
     return y;
 }
 """
+
+
+def identity_task_source(doc: str = "An identity task for loop tests.") -> str:
+    """A minimal valid KernelBench-format task (the loop and step tests never evaluate it)."""
+    return f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """{doc}"""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+'''

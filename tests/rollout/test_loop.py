@@ -11,33 +11,12 @@ from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import GenerationOut, load_rollout, read_meta, run_rollouts, turn_path
 from kevin.rollout.prompts import approx_tokens
 from kevin.tasks import make_task
-
-TASK_SRC = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    """{doc}"""
-
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x
-
-
-def get_inputs():
-    return [torch.randn(4)]
-
-
-def get_init_inputs():
-    return []
-'''
+from tests.conftest import identity_task_source
 
 
 @pytest.fixture
 def tasks():
-    return [make_task(f"toy/{n}", 1, n, TASK_SRC.format(doc=f"toy task {n}")) for n in ("a", "b")]
+    return [make_task(f"toy/{n}", 1, n, identity_task_source(f"toy task {n}")) for n in ("a", "b")]
 
 
 class ScriptedGenerator:

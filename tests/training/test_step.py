@@ -15,6 +15,7 @@ from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.step import build_samples, train_step
 from kevin.training.trainer import GRPOTrainer
+from tests.conftest import identity_task_source
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
 
@@ -63,25 +64,6 @@ def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
         build_samples([Trajectory("a", 0, [t0])], RewardConfig())
 
 
-TASK_SRC = '''import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return x
-
-
-def get_inputs():
-    return [torch.randn(4)]
-
-
-def get_init_inputs():
-    return []
-'''
 
 
 class Generator:
@@ -114,7 +96,7 @@ def evaluate(items):
 
 def test_train_step_end_to_end_with_run_rollouts(tmp_path):
     tok = tiny_tokenizer()
-    tasks = [make_task(f"toy/{n}", 1, n, TASK_SRC) for n in "ab"]
+    tasks = [make_task(f"toy/{n}", 1, n, identity_task_source()) for n in "ab"]
     trainer = GRPOTrainer(tiny_model(tok), TrainConfig(lr=1e-3, temperature=1.0, device="cpu",
                                                        loss=LossConfig(max_completion_length=8)), tokenizer=tok)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
