@@ -128,7 +128,7 @@ def main() -> None:
         f"# Evaluation benchmark ({time.strftime('%Y-%m-%d %H:%M')} UTC, backend {args.backend})",
         "",
         f"command: `python benchmarks/bench_eval.py --backend {args.backend} --n {args.n} --stock {args.stock}`",
-        f"hardware: {ev.hardware}; cores: {os.cpu_count()}; compile workers: {cfg.compile_workers or max(1, (os.cpu_count() or 2) // 2)}",
+        f"hardware: {ev.hardware}; cores: {os.cpu_count()}; compile workers: {ev._compile_workers}",
         "",
         "| figure | value |",
         "| --- | --- |",

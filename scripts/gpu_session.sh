@@ -7,7 +7,7 @@
 #     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl pydantic pydantic-core annotated-types typing-inspection
 # and call run with carry [".whl", "external/KernelBench"].
 set -uo pipefail
-export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" KEVIN_COMPILE_WORKERS=${WORKERS:-16}
+export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" KEVIN_COMPILE_WORKERS=${WORKERS:-0}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 date -u; nvidia-smi -L; nproc; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
 if [ "${PART:-1}" = 1 ]; then

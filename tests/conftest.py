@@ -63,6 +63,43 @@ class ModelNew(nn.Module):
 '''
 
 
+def cuda_solution(body: str, forward: str = "return ext.relu_forward(x)", name: str = "t_cuda", extra_py: str = "") -> str:
+    """A cuda-backend solution for the relu task with the given CUDA source body and forward line."""
+    return f'''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+{extra_py}
+cuda_src = r"""
+#include <torch/extension.h>
+#include <cuda_runtime.h>
+{body}
+"""
+ext = load_inline(name="{name}", cpp_sources="torch::Tensor relu_forward(torch::Tensor x);", cuda_sources=cuda_src,
+                  functions=["relu_forward"], verbose=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        {forward}
+'''
+
+
+RELU_CUDA = r"""
+__global__ void relu_kernel(const float* in, float* out, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i] > 0.f ? in[i] : 0.f;
+}
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
 RELU_BODY = """
 torch::Tensor relu_forward(torch::Tensor x) {
     auto xc = x.contiguous();

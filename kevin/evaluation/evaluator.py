@@ -166,10 +166,13 @@ class Evaluator:
             "max_jobs": self._max_jobs,
         }
 
-    def _run(self, mode: str, task: Task, source: str, device: str) -> JobOutcome:
+    def _run(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
+             timeout_s: float = 0.0) -> JobOutcome:
         cuda = self.config.backend == "cuda"
         if mode == "compile":
             timeout, compile_timeout = self.config.compile_timeout_s, 0.0
+        elif mode == "references":
+            timeout, compile_timeout = timeout_s or self.config.timeout_s, 0.0
         else:
             # The run clock starts once the solution is imported: a cache hit after a compile phase,
             # or a real compile in single evaluations, which gets its own budget first.
@@ -177,7 +180,7 @@ class Evaluator:
         job_device = "cpu" if mode == "compile" else device
         self._prepare_pch()
         return run_harness_job(
-            self._job(mode, task, source, job_device), timeout_s=timeout,
+            {**self._job(mode, task, source, job_device), **(extra or {})}, timeout_s=timeout,
             memory_limit_mb=self.config.memory_limit_mb, env_extra=self._env(cuda and mode != "compile"),
             compile_timeout_s=compile_timeout,
             # Compiles yield the CPU to run phases: a GPU waiting on a starved run process is wasted.
@@ -207,14 +210,66 @@ class Evaluator:
         return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
                          f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"])
 
+    def _time_references(self, tasks: list[Task], device: str | None) -> tuple[dict[str, float], str]:
+        """Reference times of ``tasks`` from one fresh process, and a description of any that failed."""
+        if not tasks:
+            return {}, ""
+        device = device or self._devices()[0]
+        entries = [{"task_id": t.task_id, "task_source": t.render(self.config.resolved_profile)} for t in tasks]
+        # Each reference gets the per-candidate budget; the process start is paid once.
+        outcome = self._run("references", tasks[0], "", device, extra={"reference_tasks": entries},
+                            timeout_s=self.config.timeout_s * len(tasks))
+        verdict = outcome.verdict or {}
+        times = {k: float(v) for k, v in verdict.get("references_ms", {}).items()}
+        missing = [t.task_id for t in tasks if t.task_id not in times]
+        if not missing:
+            return times, ""
+        errors = verdict.get("reference_errors", {})
+        detail = "; ".join(f"{k}: {errors.get(k) or 'no verdict'}" for k in missing[:3])
+        if not verdict:
+            detail += "\n" + (outcome.stderr_tail[-2000:] or f"exit code {outcome.exit_code}, timed out: {outcome.timed_out}")
+        return times, f"timing the reference of {', '.join(missing)} failed: {detail}"
+
+    def measure_references_ms(self, tasks: list[Task], device: str | None = None) -> dict[str, float]:
+        """Time the PyTorch references of ``tasks`` now, all in one fresh process (no cache).
+
+        Raises RuntimeError naming the tasks whose reference could not be timed.
+        """
+        times, failure = self._time_references(tasks, device)
+        if failure:
+            raise RuntimeError(failure)
+        return times
+
     def measure_reference_ms(self, task: Task, device: str | None = None) -> float:
-        """Time the PyTorch reference now, in a fresh process (no cache): reproducibility checks."""
-        outcome = self._run("baseline", task, "", device or self._devices()[0])
-        verdict = outcome.verdict
-        if not verdict or verdict.get("status") != "correct":
-            detail = (verdict or {}).get("error") or outcome.stderr_tail[-2000:]
-            raise RuntimeError(f"timing the reference of {task.task_id} failed: {detail}")
-        return float(verdict["runtime_ms"])
+        """Time one task's PyTorch reference now, in a fresh process (no cache): reproducibility checks."""
+        return self.measure_references_ms([task], device)[task.task_id]
+
+    def prefetch_baselines(self, tasks: Iterable[Task], device: str | None = None) -> None:
+        """Measure every uncached baseline among ``tasks`` in one process, before candidates need them.
+
+        A failure here is not fatal: the tasks concerned are measured (and their error reported) one
+        by one when a candidate of theirs runs.
+        """
+        missing = {self.baseline_key(t): t for t in tasks}
+        missing = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
+        if not missing:
+            return
+        with self._lock:
+            locks = [self._baseline_locks.setdefault(k, threading.Lock()) for k in sorted(missing)]
+        for lock in locks:  # sorted order, and other threads hold one at a time: no deadlock
+            lock.acquire()
+        try:
+            todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
+            times, failure = self._time_references(list(todo.values()), device)
+            if failure:  # those tasks are tried again, one by one, when a candidate of theirs runs
+                logging.getLogger(__name__).warning("%s", failure)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            for key, task in todo.items():
+                if task.task_id in times:
+                    self.baselines.put(key, times[task.task_id], {"measured": stamp})
+        finally:
+            for lock in locks:
+                lock.release()
 
     def baseline_ms(self, task: Task, device: str | None = None) -> float:
         """PyTorch eager time of the task (cached); measured in its own harness process."""
@@ -347,7 +402,9 @@ class Evaluator:
             else:
                 compile_q.append(i)
         devices = self._devices()
-        # Baselines are measured lazily by the run workers (once per task, cached), overlapping compiles.
+        # Baselines: all uncached ones in one process by the first run worker before its first
+        # candidate (on cuda that overlaps the first compiles); any left are measured lazily.
+        baseline_tasks = list({items[i][0].task_id: items[i][0] for i in compile_q}.values())
         run_q: queue.Queue[int | None] = queue.Queue()
         workers = self._compile_workers
         overlap = self.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
@@ -364,6 +421,8 @@ class Evaluator:
                 done(i, self._score(self.from_outcome(task, cand, outcome, None)))
 
         def run_worker(device: str) -> None:
+            if device == devices[0]:
+                self.prefetch_baselines(baseline_tasks, device)
             while True:
                 i = run_q.get()
                 if i is None:

@@ -4,7 +4,8 @@
 - ``compile``: import the solution with our ``load_inline`` (no GPU visible), so the library is built
   into the content-hashed cache on a CPU worker while GPUs run other candidates;
 - ``run``: import (cache hit), check correctness, check which ops and kernels ran, time;
-- ``baseline``: time the reference Model with the same protocol.
+- ``references``: time the reference Models of one or more tasks with the same protocol (trusted
+  task code only; no candidate runs in such a process).
 The result is a JSON file signed with the token (HMAC), so a candidate that writes a result of its
 own, or exits early, is caught by the parent. ``os._exit`` ends the process so no handler the
 candidate may have registered runs after the verdict.
@@ -52,6 +53,9 @@ class Verdict:
     times: dict[str, float] = field(default_factory=dict)
     kernels: list[str] = field(default_factory=list)
     compile_path: str = ""
+    references_ms: dict[str, float] = field(default_factory=dict)
+    """Mode ``references`` only: the reference's time per task id (tasks that failed are absent)."""
+    reference_errors: dict[str, str] = field(default_factory=dict)
 
 
 class Stop(Exception):
@@ -387,16 +391,34 @@ class Session:
         return result.median_ms
 
 
+    def time_references(self) -> None:
+        """Time several trusted task references in this one process (no candidate code runs here).
+
+        One interpreter and CUDA context for many tasks instead of one each: baselines for a batch
+        cost seconds, not a process start per task. A task that fails is reported, not fatal.
+        """
+        for entry in self.job["reference_tasks"]:
+            self.job["task_id"], self.job["task_source"] = entry["task_id"], entry["task_source"]
+            try:
+                self.load_task()
+                self.verdict.references_ms[entry["task_id"]] = self.timing(self.ref_model, spot_check=False)
+            except Stop:
+                self.verdict.reference_errors[entry["task_id"]] = self.verdict.error or self.verdict.message
+            except Exception as exc:
+                self.verdict.reference_errors[entry["task_id"]] = _error_text(exc)
+            self.task = self.ref_model = None
+        self.verdict.status, self.verdict.message, self.verdict.error = "correct", "", ""
+
+
 def run_job(job: dict[str, Any]) -> Verdict:
     session = Session(job)
     mode = job["mode"]
     try:
         session.setup()
-        if mode in ("run", "baseline"):
+        if mode == "run":
             session.load_task()
-        if mode == "baseline":
-            session.verdict.runtime_ms = session.timing(session.ref_model, spot_check=False)
-            session.verdict.status = "correct"
+        if mode == "references":
+            session.time_references()
             return session.verdict
         session.load_candidate()
         if mode == "compile":

@@ -141,3 +141,34 @@ def test_batch_crash_then_correct_and_results_in_order(evaluator, relu_task):
     results = evaluator.evaluate_many(items)
     assert [r.candidate_id for r in results] == ["c0", "c1", "c2", "c3"]
     assert [r.status for r in results] == [Status.RUNTIME_ERROR, Status.CORRECT, Status.INCORRECT, Status.CORRECT]
+
+
+def test_references_of_several_tasks_are_timed_in_one_process(cache_dir, relu_task):
+    from kevin.tasks import load_bundled_suite
+
+    tasks = [t for t in load_bundled_suite((1,)) if t.name in ("01_relu", "02_gelu")]
+    ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir / "refs")))
+    calls = []
+    real_run = ev._run
+    ev._run = lambda *a, **k: calls.append(a[0]) or real_run(*a, **k)
+    ev.prefetch_baselines(tasks)
+    assert calls == ["references"]  # both tasks, one harness process
+    for t in tasks:
+        assert ev.baselines.get(ev.baseline_key(t)) > 0
+    assert ev.baseline_ms(tasks[0]) == ev.baselines.get(ev.baseline_key(tasks[0]))
+    ev.prefetch_baselines(tasks)
+    assert calls == ["references"]  # cached: nothing measured again
+
+
+def test_a_broken_reference_is_named_and_does_not_hide_the_others(cache_dir, relu_task):
+    from dataclasses import replace
+
+    broken = replace(relu_task, task_id="level1/99_broken", name="99_broken", source=relu_task.source.replace("-> torch.Tensor:", "-> torch.Tensor:\n        raise ValueError('bad task')"))
+    ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir / "refs2")))
+    with pytest.raises(RuntimeError, match="99_broken.*bad task"):
+        ev.measure_references_ms([relu_task, broken])
+    ev.prefetch_baselines([relu_task, broken])  # logged, not raised: the good one is cached, the other retried lazily
+    assert ev.baselines.get(ev.baseline_key(relu_task)) > 0
+    assert ev.baselines.get(ev.baseline_key(broken)) is None
+    with pytest.raises(RuntimeError, match="bad task"):
+        ev.baseline_ms(broken)

@@ -31,35 +31,41 @@ def _cgroup_pids_available() -> bool:
     return ok
 
 
-def hostile_sources(tmp: Path, port: int) -> dict[str, tuple[str, set[Status]]]:
-    """name -> (solution source, verdicts that count as contained). All must score 0."""
+def hostile_sources(tmp: Path, port: int, c=cpp_solution, body: str = RELU_BODY) -> dict[str, tuple[str, set[Status]]]:
+    """name -> (solution source, verdicts that count as contained). All must score 0.
+
+    ``c(body, forward=..., name=..., extra_py=...)`` builds a relu solution for the backend under test
+    from its kernel source ``body`` (the cuda tests pass their own).
+    """
     outside = tmp / "outside.txt"
     secret_file = tmp / "secret.txt"
     zero = {Status.RUNTIME_ERROR, Status.RULE_VIOLATION, Status.INCORRECT, Status.TIMEOUT}
-    c = cpp_solution
     return {
-        "write_outside": (c(RELU_BODY, extra_py=f"open({str(outside)!r}, 'w').write('pwned')"), zero),
-        "read_secret_file": (c(RELU_BODY, extra_py=f"raise RuntimeError(open({str(secret_file)!r}).read())"), zero),
-        "read_secret_env": (c(RELU_BODY, extra_py="import os\nraise RuntimeError('env:' + os.environ.get('KEVIN_TEST_SECRET', 'none'))"), zero),
-        "socket": (c(RELU_BODY, extra_py=f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=3).sendall(b'leak')"), zero),
-        "unbounded_alloc": (c(RELU_BODY, extra_py="hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"), zero),
-        "python_infinite_loop": (c(RELU_BODY, forward="while True:\n            x = x"), zero),
-        "cpp_abort": (c(RELU_BODY.replace("return y;", "std::abort(); return y;"), name="t_abort"), zero),
-        "exit_early": (c(RELU_BODY, extra_py="import os", forward="os._exit(0)"), zero),
-        "print_megabytes": (c(RELU_BODY, forward="print('x' * 50_000_000)\n        return torch.zeros_like(x)"), zero),
-        "patch_synchronize": (c(RELU_BODY, extra_py="torch.cuda.synchronize = lambda *a, **k: None"), zero),
-        "patch_event": (c(RELU_BODY, extra_py="torch.cuda.Event = object"), zero),
-        "spawn_thread": (c(RELU_BODY, extra_py="import threading, time", forward="threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        return ext.relu_forward(x)"), zero),
-        "fork": (c(RELU_BODY, extra_py="import os", forward="os.fork() or os._exit(0)\n        return ext.relu_forward(x)"), zero),
-        "reference_via_gc": (c(RELU_BODY, extra_py="import gc", forward="refs = [o for o in gc.get_objects() if type(o).__name__ == 'Model']\n        return refs[0](x)"), zero),
-        "reference_via_stack": (c(RELU_BODY, extra_py="import inspect", forward="f = [fr.frame.f_locals['self'] for fr in inspect.stack() if 'ref_model' in getattr(fr.frame.f_locals.get('self'), '__dict__', {})]\n        return f[0].ref_model(x)"), zero),
-        "forge_verdict": (c(RELU_BODY, extra_py="import sys, json\njob = json.load(open(sys.argv[1]))\nopen(job['result_path'], 'w').write(json.dumps({'payload': '{\"status\": \"correct\"}', 'mac': '0'}))\nimport os\nos._exit(0)"), zero),
+        "write_outside": (c(body, extra_py=f"open({str(outside)!r}, 'w').write('pwned')"), zero),
+        "read_secret_file": (c(body, extra_py=f"raise RuntimeError(open({str(secret_file)!r}).read())"), zero),
+        "read_secret_env": (c(body, extra_py="import os\nraise RuntimeError('env:' + os.environ.get('KEVIN_TEST_SECRET', 'none'))"), zero),
+        "socket": (c(body, extra_py=f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=3).sendall(b'leak')"), zero),
+        "unbounded_alloc": (c(body, extra_py="hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"), zero),
+        "python_infinite_loop": (c(body, forward="while True:\n            x = x"), zero),
+        "cpp_abort": (c(body.replace("return y;", "std::abort(); return y;"), name="t_abort"), zero),
+        "exit_early": (c(body, extra_py="import os", forward="os._exit(0)"), zero),
+        "print_megabytes": (c(body, forward="print('x' * 50_000_000)\n        return torch.zeros_like(x)"), zero),
+        "patch_synchronize": (c(body, extra_py="torch.cuda.synchronize = lambda *a, **k: None"), zero),
+        "patch_event": (c(body, extra_py="torch.cuda.Event = object"), zero),
+        "spawn_thread": (c(body, extra_py="import threading, time", forward="threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n        return ext.relu_forward(x)"), zero),
+        "fork": (c(body, extra_py="import os", forward="os.fork() or os._exit(0)\n        return ext.relu_forward(x)"), zero),
+        "reference_via_gc": (c(body, extra_py="import gc", forward="refs = [o for o in gc.get_objects() if type(o).__name__ == 'Model']\n        return refs[0](x)"), zero),
+        "reference_via_stack": (c(body, extra_py="import inspect", forward="f = [fr.frame.f_locals['self'] for fr in inspect.stack() if 'ref_model' in getattr(fr.frame.f_locals.get('self'), '__dict__', {})]\n        return f[0].ref_model(x)"), zero),
+        "forge_verdict": (c(body, extra_py="import sys, json\njob = json.load(open(sys.argv[1]))\nopen(job['result_path'], 'w').write(json.dumps({'payload': '{\"status\": \"correct\"}', 'mac': '0'}))\nimport os\nos._exit(0)"), zero),
     }
 
 
-@pytest.fixture(scope="module")
-def batch(tmp_path_factory, cache_dir, relu_task):
-    tmp = tmp_path_factory.mktemp("hostile")
+def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, body: str = RELU_BODY) -> dict:
+    """Every hostile candidate, each followed by an honest one, in one ``evaluate_many`` batch.
+
+    A planted secret file and environment variable, and a loopback server that records what reaches
+    it, are set up around the batch. Shared by the cpu tests here and the cuda ones in tests/gpu.
+    """
     (tmp / "secret.txt").write_text(SECRET)
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
@@ -80,16 +86,14 @@ def batch(tmp_path_factory, cache_dir, relu_task):
     listener = threading.Thread(target=serve, daemon=True)
     listener.start()
     os.environ["KEVIN_TEST_SECRET"] = SECRET
-    sources = hostile_sources(tmp, server.getsockname()[1])
+    sources = hostile_sources(tmp, server.getsockname()[1], c, body)
     if not _cgroup_pids_available():
         sources.pop("fork")  # without a pids cgroup a fork is only polled: not something to run on CI
-    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=15, memory_limit_mb=8192,
-                                     cache_dir=str(cache_dir), rules=RELAXED))
-    honest = cpp_solution(RELU_BODY)
+    honest = c(body)
     items = []
     for name, (source, _) in sources.items():
-        items.append((relu_task, Candidate(relu_task.task_id, source, candidate_id=name)))
-        items.append((relu_task, Candidate(relu_task.task_id, honest, candidate_id=f"after:{name}")))
+        items.append((task, Candidate(task.task_id, source, candidate_id=name)))
+        items.append((task, Candidate(task.task_id, honest, candidate_id=f"after:{name}")))
     try:
         results = {r.candidate_id: r for r in evaluator.evaluate_many(items)}
     finally:
@@ -100,11 +104,18 @@ def batch(tmp_path_factory, cache_dir, relu_task):
     return {"results": results, "sources": sources, "tmp": tmp, "accepted": accepted}
 
 
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory, cache_dir, relu_task):
+    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=15, memory_limit_mb=8192,
+                                     cache_dir=str(cache_dir), rules=RELAXED))
+    return run_hostile_batch(tmp_path_factory.mktemp("hostile"), relu_task, evaluator)
+
+
 NAMES = sorted(hostile_sources(Path("/nonexistent"), 1))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_hostile_candidate_is_contained_and_scores_zero(batch, name):
+def check_contained(batch: dict, name: str) -> None:
+    """The hostile candidate scored 0 without leaking the secret, and the honest one after it is correct."""
     if name not in batch["sources"]:
         pytest.skip("no pids cgroup on this machine")
     r = batch["results"][name]
@@ -116,9 +127,18 @@ def test_hostile_candidate_is_contained_and_scores_zero(batch, name):
     assert after.status is Status.CORRECT, (name, after.status, after.error)
 
 
-def test_nothing_escaped(batch):
+def check_nothing_escaped(batch: dict) -> None:
     assert not (batch["tmp"] / "outside.txt").exists()
     assert batch["accepted"] == [], "a candidate reached a loopback server outside its sandbox"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hostile_candidate_is_contained_and_scores_zero(batch, name):
+    check_contained(batch, name)
+
+
+def test_nothing_escaped(batch):
+    check_nothing_escaped(batch)
 
 
 def test_sandbox_layers_report_themselves(batch):

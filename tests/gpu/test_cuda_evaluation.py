@@ -17,21 +17,9 @@ from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.candidates import reference_candidates
 from kevin.evaluation.report import summarise
 from kevin.tasks import load_bundled_suite
+from tests.conftest import RELU_CUDA, cuda_solution
 
 pytestmark = pytest.mark.gpu
-
-RELU_CUDA = r'''
-__global__ void relu_kernel(const float* in, float* out, int64_t n) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i < n) out[i] = in[i] > 0.f ? in[i] : 0.f;
-}
-torch::Tensor relu_forward(torch::Tensor x) {
-    auto y = torch::empty_like(x);
-    int64_t n = x.numel();
-    relu_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
-    return y;
-}
-'''
 
 HACKS = {
     # KernelBench's famous case: launch a kernel that writes nothing and return memory that was never
@@ -50,29 +38,6 @@ HACKS = {
     "illegal_memory_access": RELU_CUDA.replace("if (i < n) out[i]", "if (i < n) out[i + ((int64_t)1 << 40)]"),
     "honest": RELU_CUDA,
 }
-
-
-def cuda_solution(body: str, name: str) -> str:
-    return f'''import torch
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
-
-cuda_src = r"""
-#include <torch/extension.h>
-#include <cuda_runtime.h>
-{body}
-"""
-ext = load_inline(name="{name}", cpp_sources="torch::Tensor relu_forward(torch::Tensor x);", cuda_sources=cuda_src,
-                  functions=["relu_forward"], verbose=False)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x):
-        return ext.relu_forward(x)
-'''
 
 
 def _config(**over) -> EvalConfig:
@@ -109,7 +74,7 @@ def suite_results(evaluator):
 @pytest.fixture(scope="module")
 def hack_results(evaluator, relu):
     names = sorted(HACKS)
-    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], f"hack_{n}"), candidate_id=n)) for n in names]
+    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], name=f"hack_{n}"), candidate_id=n)) for n in names]
     # The illegal access goes right before the honest kernel: the next candidate must be unaffected.
     items.sort(key=lambda it: (it[1].candidate_id == "honest", it[1].candidate_id))
     return {r.candidate_id: r for r in evaluator.evaluate_many(items)}
@@ -124,9 +89,10 @@ def test_every_cuda_reference_solution_is_correct(suite_results):
 
 def test_reference_against_reference_speedup_is_one(evaluator):
     """The PyTorch reference timed again in a fresh process against its cached baseline: 0.9-1.1 on every task."""
-    ratios = {}
-    for task in load_bundled_suite():
-        ratios[task.task_id] = evaluator.baseline_ms(task) / evaluator.measure_reference_ms(task)
+    tasks = load_bundled_suite()
+    evaluator.prefetch_baselines(tasks)  # cached already when the suite test ran first
+    again = evaluator.measure_references_ms(tasks)
+    ratios = {t.task_id: evaluator.baseline_ms(t) / again[t.task_id] for t in tasks}
     print("reference/reference speedups:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
     outside = {k: round(v, 3) for k, v in ratios.items() if not 0.9 <= v <= 1.1}
     assert not outside, outside
@@ -147,7 +113,7 @@ def test_illegal_memory_access_does_not_reach_the_next_candidate(hack_results):
 
 def test_runtime_checks_catch_a_decoy_the_static_rules_were_told_to_allow(relu):
     relaxed = Evaluator(_config(rules={"cpp_forbidden_calls": {"enabled": False}, "cpp_torch_compute": {"enabled": False}}))
-    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], f"hack_{n}"), candidate_id=n)) for n in ("decoy", "side_stream")]
+    items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], name=f"hack_{n}"), candidate_id=n)) for n in ("decoy", "side_stream")]
     decoy, side = relaxed.evaluate_many(items)
     assert decoy.status is Status.RULE_VIOLATION and decoy.rule_id in ("torch_compute_runtime", "decoy_kernel", "foreign_kernel")
     # Side-stream work is still inside the timed region (whole-device sync): no fake speedup.
