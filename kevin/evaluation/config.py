@@ -63,6 +63,11 @@ class EvalConfig(Settings):
     memory_limit_mb: int = 16384
     """Host memory limit of a candidate process (address space on cpu; resident set on cuda)."""
 
+    prestart_runs: int = 2
+    """cuda: run processes started ahead of their turn per GPU. They isolate themselves, import torch and
+    create their CUDA context and profiler while the GPU runs the current candidate, then wait, before
+    any candidate code runs, for their turn (one candidate on a GPU at a time). 0: start each in turn."""
+
     speedup_flag_threshold: float = 10.0
     """Speedups above this are flagged for re-verification rather than trusted."""
 
@@ -121,6 +126,8 @@ class EvalConfig(Settings):
             raise ValueError("timing_trials must be >= 1 and warmup_trials >= 0")
         if self.timeout_s <= 0 or self.compile_timeout_s <= 0:
             raise ValueError("timeouts must be positive seconds")
+        if self.prestart_runs < 0:
+            raise ValueError("prestart_runs must be >= 0")
         if self.speedup_flag_threshold <= 1:
             raise ValueError("speedup_flag_threshold must be > 1")
         for table in (self.atol, self.rtol):

@@ -16,8 +16,10 @@ import queue
 import subprocess
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -25,8 +27,10 @@ from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.feedback import feedback_line
 from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
 from kevin.evaluation.rules import load_rules, static_hits
-from kevin.evaluation.sandbox import JobOutcome, run_harness_job
+from kevin.evaluation.sandbox import HarnessJob, JobOutcome
 from kevin.tasks.task import Task
+
+_log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[EvalResult], None]
 
@@ -134,6 +138,8 @@ class Evaluator:
         else:
             self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
         self._compile_workers = self.config.compile_workers or default_compile_workers(len(self._devices()))
+        # On cpu a run process started ahead would take cores from the one being timed.
+        self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
         # Compiler jobs per compile worker, so that all workers together never oversubscribe the cores.
         self._max_jobs = max(1, (os.cpu_count() or 2) // self._compile_workers)
 
@@ -166,8 +172,8 @@ class Evaluator:
             "max_jobs": self._max_jobs,
         }
 
-    def _run(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
-             timeout_s: float = 0.0) -> JobOutcome:
+    def _start(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
+               timeout_s: float = 0.0, gated: bool = False) -> HarnessJob:
         cuda = self.config.backend == "cuda"
         if mode == "compile":
             timeout, compile_timeout = self.config.compile_timeout_s, 0.0
@@ -178,15 +184,20 @@ class Evaluator:
             # or a real compile in single evaluations, which gets its own budget first.
             timeout, compile_timeout = self.config.timeout_s, self.config.compile_timeout_s
         job_device = "cpu" if mode == "compile" else device
-        self._prepare_pch()
-        return run_harness_job(
+        if mode in ("compile", "run"):  # timing references builds nothing: it need not wait for the header
+            self._prepare_pch()
+        return HarnessJob(
             {**self._job(mode, task, source, job_device), **(extra or {})}, timeout_s=timeout,
             memory_limit_mb=self.config.memory_limit_mb, env_extra=self._env(cuda and mode != "compile"),
             compile_timeout_s=compile_timeout,
             # Compiles yield the CPU to run phases: a GPU waiting on a starved run process is wasted.
             nice=10 if mode == "compile" else 0,
-            sandbox=self.config.sandbox, backend=self.config.backend, cache_dir=str(self.cache_dir),
+            sandbox=self.config.sandbox, backend=self.config.backend, cache_dir=str(self.cache_dir), gated=gated,
         )
+
+    def _run(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
+             timeout_s: float = 0.0) -> JobOutcome:
+        return self._start(mode, task, source, device, extra, timeout_s).finish()
 
     def _prepare_pch(self) -> None:
         """Build torch's precompiled header here, once: candidates may not write to the torch tree."""
@@ -197,7 +208,7 @@ class Evaluator:
 
             self._pch_note = prepare_torch_pch(self.cache_dir)
             if self._pch_note:
-                logging.getLogger(__name__).warning("%s (C++ compiles will be slower)", self._pch_note)
+                _log.warning("%s (C++ compiles will be slower)", self._pch_note)
             self._pch_ready = True
 
     # -- baseline ----------------------------------------------------------------------------
@@ -262,7 +273,7 @@ class Evaluator:
             todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
             times, failure = self._time_references(list(todo.values()), device)
             if failure:  # those tasks are tried again, one by one, when a candidate of theirs runs
-                logging.getLogger(__name__).warning("%s", failure)
+                _log.warning("%s", failure)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             for key, task in todo.items():
                 if task.task_id in times:
@@ -336,7 +347,7 @@ class Evaluator:
             if r.status is Status.RUNTIME_ERROR and v["message"] and v["error"]:
                 r.error = trim_error(f"{v['message']}: {v['error']}")
             t = v.get("times", {})
-            r.times = PhaseTimes(compile=t.get("compile", 0.0), load=t.get("load", 0.0), correctness=t.get("correctness", 0.0),
+            r.times = PhaseTimes(setup=t.get("setup", 0.0), compile=t.get("compile", 0.0), load=t.get("load", 0.0), correctness=t.get("correctness", 0.0),
                                  profile=t.get("profile", 0.0), timing=t.get("timing", 0.0))
             if r.correct and baseline:
                 r.runtime_ms, r.baseline_ms = v["runtime_ms"], baseline
@@ -359,9 +370,10 @@ class Evaluator:
         result.times.static = static_s
         return result
 
-    def _run_phase(self, task: Task, candidate: Candidate, device: str) -> EvalResult:
+    def _run_phase(self, task: Task, candidate: Candidate, device: str, job: HarnessJob | None = None) -> EvalResult:
+        """The run process of one candidate (``job``: one started ahead, gated) and its verdict."""
         baseline = self.baseline_ms(task, device)
-        outcome = self._run("run", task, candidate.source, device)
+        outcome = (job or self._start("run", task, candidate.source, device)).finish()
         result = self.from_outcome(task, candidate, outcome, baseline)
         if result.flagged_speedup:
             # Too good to trust on one measurement: judge it again in a fresh process.
@@ -413,6 +425,9 @@ class Evaluator:
             task, cand = items[i]
             outcome = self._run("compile", task, cand.source, "cpu")
             v = outcome.verdict
+            _log.debug("compile phase of %s: %.1f s wall, %s, compiler %.1f s, path %s", cand.key, outcome.wall_seconds,
+                       (v or {}).get("status", "no verdict"), (v or {}).get("times", {}).get("compile", 0.0),
+                       (v or {}).get("compile_path", ""))
             if v and v["status"] == "correct":
                 self._compile_times[i] = v.get("times", {}).get("compile", 0.0)
                 self._compile_paths[i] = v.get("compile_path", "")
@@ -420,17 +435,40 @@ class Evaluator:
             else:
                 done(i, self._score(self.from_outcome(task, cand, outcome, None)))
 
+        ahead = self._prestart
+
         def run_worker(device: str) -> None:
             if device == devices[0]:
                 self.prefetch_baselines(baseline_tasks, device)
+            # Up to ``ahead`` run processes are started early, gated: they set up (torch, CUDA context,
+            # profiler) while the device runs the current candidate, which alone holds it.
+            started: deque[tuple[int, HarnessJob]] = deque()
+            ended = False
             while True:
-                i = run_q.get()
-                if i is None:
+                while not ended and len(started) <= ahead:
+                    try:
+                        i = run_q.get(block=not started)
+                    except queue.Empty:
+                        break
+                    if i is None:
+                        ended = True
+                        break
+                    task, cand = items[i]
+                    started.append((i, self._start("run", task, cand.source, device, gated=True)))
+                if not started:
                     return
+                i, job = started.popleft()
                 task, cand = items[i]
                 began = time.monotonic()
-                result = self._run_phase(task, cand, device)
+                try:
+                    result = self._run_phase(task, cand, device, job)
+                except Exception as exc:  # e.g. the task's own reference cannot be timed: a verdict, not a lost item
+                    job.cancel()
+                    result = self._score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=self.config.backend,
+                                                    status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
                 self.run_intervals.append((device, began, time.monotonic()))
+                _log.debug("run phase of %s on %s: %.1f s wall, %s, phases %s", cand.key, device, time.monotonic() - began,
+                           result.status.value, {k: round(x, 2) for k, x in asdict(result.times).items() if x})
                 result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
                 result.compile_path = result.compile_path or self._compile_paths.get(i, "")
                 done(i, result)

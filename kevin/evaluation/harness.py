@@ -27,8 +27,9 @@ import sys
 import time
 import traceback
 import types
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 HARNESS_VERSION = "1"
 
@@ -279,23 +280,34 @@ class Session:
         """One candidate forward with ops recorded; failures become verdicts, never exceptions."""
         import torch
 
-        from kevin.evaluation.checks import aten_ops, forbidden_ops, output_problem
+        from kevin.evaluation.checks import output_problem
 
+        # On cpu every trial is profiled for ATen ops (a profiler session costs about a millisecond
+        # there). On cuda a session costs about a second (CUPTI), so the ops are checked in the one
+        # CPU+CUDA session of kernel_check instead, where every launched kernel is also seen.
+        profile_ops = self.device.type == "cpu"
         try:
-            with torch.profiler.profile(activities=self._profiler_activities()[:1]) as prof:
+            with torch.profiler.profile(activities=self._profiler_activities()[:1]) if profile_ops else nullcontext() as prof:
                 out = self.new_model(*inputs)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
         except Exception as exc:
             self.fail("runtime_error", "the forward raised an error", error=_error_text(exc))
         self.check_tampering()
-        bad = forbidden_ops(aten_ops(prof.events()), self.cfg.allowed_runtime_ops)
-        if bad:
-            self.fail("rule_violation", f"PyTorch compute ran in the forward: {', '.join(bad[:5])}", rule_id="torch_compute_runtime")
+        if profile_ops:
+            self.check_ops(prof.events())
         problem = output_problem(out, self.device)
         if problem:
             self.fail("rule_violation", problem, rule_id="output_type")
         return out
+
+    def check_ops(self, events: Any) -> None:
+        """No PyTorch compute op may appear among a forward's profiled events."""
+        from kevin.evaluation.checks import aten_ops, forbidden_ops
+
+        bad = forbidden_ops(aten_ops(events), self.cfg.allowed_runtime_ops)
+        if bad:
+            self.fail("rule_violation", f"PyTorch compute ran in the forward: {', '.join(bad[:5])}", rule_id="torch_compute_runtime")
 
     def correctness(self) -> None:
         from kevin.evaluation.checks import all_finite, compare_outputs, nearly_constant, snapshot_output
@@ -356,6 +368,7 @@ class Session:
             self.new_model(*inputs)
             torch.cuda.synchronize(self.device)
         self.check_tampering()
+        self.check_ops(prof.events())
         names = [e.name for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA]
         own, foreign = classify_kernels(names, self.compiler.kernels)
         self.verdict.times["profile"] = time.perf_counter() - start
@@ -410,13 +423,18 @@ class Session:
         self.verdict.status, self.verdict.message, self.verdict.error = "correct", "", ""
 
 
-def run_job(job: dict[str, Any]) -> Verdict:
+def run_job(job: dict[str, Any], wait_for_go: Callable[[], None] | None = None) -> Verdict:
+    """Run one job. ``wait_for_go`` (gated jobs) blocks after the set-up, before any candidate code."""
     session = Session(job)
     mode = job["mode"]
     try:
+        began = time.perf_counter()
         session.setup()
         if mode == "run":
             session.load_task()
+        session.verdict.times["setup"] = time.perf_counter() - began
+        if wait_for_go:
+            wait_for_go()
         if mode == "references":
             session.time_references()
             return session.verdict
@@ -439,17 +457,27 @@ def run_job(job: dict[str, Any]) -> Verdict:
 def main(argv: list[str]) -> None:
     harness_pid = os.getpid()
     token = sys.stdin.buffer.readline().strip()
-    sys.stdin.close()
     with open(argv[1]) as handle:
         job = json.load(handle)
     result_path = job.pop("result_path")
+    wait_for_go = None
+    if job.get("gated"):
+        def wait_for_go() -> None:
+            # A gated job was started ahead of its turn; it waits here, set up but before any candidate
+            # code, until the parent hands it the device. Anything but "go" ends it without a verdict.
+            line = sys.stdin.buffer.readline().strip()
+            sys.stdin.close()
+            if line != b"go":
+                os._exit(3)
+    else:
+        sys.stdin.close()
     from kevin.evaluation.isolation import apply_spec
 
     # Isolation first: no torch, no task and no candidate code has been loaded yet.
     spec = job.get("sandbox") or {}
     notes = [f"sandbox: {w}" for w in apply_spec(spec) + spec.get("parent_notes", [])]
     try:
-        verdict = run_job(job)
+        verdict = run_job(job, wait_for_go)
     except BaseException as exc:  # anything at all: a verdict, never a crash without one
         verdict = Verdict(status="runtime_error", message="evaluation failed", error=_error_text(exc))
     verdict.warnings = notes + verdict.warnings

@@ -52,6 +52,8 @@ class PhaseTimes:
     """Wall seconds spent in each phase of one evaluation (0 when the phase did not run)."""
 
     static: float = 0.0
+    setup: float = 0.0
+    """In the run process: importing torch, creating the CUDA context, starting the profiler."""
     compile: float = 0.0
     load: float = 0.0
     correctness: float = 0.0

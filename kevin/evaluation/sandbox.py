@@ -106,6 +106,114 @@ def _descendants(pid: int) -> list[Any]:
         return []
 
 
+class HarnessJob:
+    """One harness process, started; ``finish`` waits for (and judges) its end.
+
+    A *gated* job is started ahead of its turn: its process isolates itself, imports torch and
+    creates its CUDA context and profiler, then waits, before any candidate code runs, until
+    ``finish`` hands it the device. The set-up of the next candidate so overlaps the GPU work of the
+    current one, and no two candidates ever use the device at once. Its clocks start at the hand-over.
+    """
+
+    def __init__(self, job: dict[str, Any], timeout_s: float, memory_limit_mb: int, env_extra: dict[str, str] | None = None,
+                 compile_timeout_s: float = 0.0, nice: int = 0, sandbox: SandboxConfig | None = None,
+                 backend: str = "cpu", cache_dir: str = "", gated: bool = False):
+        self.sandbox = sandbox = sandbox or SandboxConfig()
+        self.timeout_s, self.compile_timeout_s, self.backend, self.gated = timeout_s, compile_timeout_s, backend, gated
+        self.workdir = workdir = Path(tempfile.mkdtemp(prefix="kevin-job-"))
+        os.chmod(workdir, 0o700)
+        self.token = secrets.token_hex(32)
+        self.result_path, job_path, self.marker = workdir / "result.json", workdir / "job.json", workdir / "compiled"
+        run_dir = workdir / "cwd"
+        run_dir.mkdir()
+        self.memory_bytes = memory_limit_mb * 1024 * 1024
+        self.cgroup = CgroupJob(workdir.name, sandbox.max_processes, self.memory_bytes if backend == "cuda" else 0) \
+            if sandbox.cgroup != "off" else None
+        cpu_seconds = int(3 * (timeout_s + compile_timeout_s)) + 60
+        spec = make_spec(sandbox, backend, str(workdir), cache_dir or str(run_dir), self.memory_bytes, cpu_seconds, nice,
+                         self.cgroup.procs_files if self.cgroup else [])
+        if self.cgroup and self.cgroup.note:
+            spec["parent_notes"] = [self.cgroup.note]
+        job_path.write_text(json.dumps({**job, "result_path": str(self.result_path), "compiled_marker": str(self.marker),
+                                        "sandbox": spec, "gated": gated}))
+        env = _child_env({**(env_extra or {}), "TMPDIR": str(run_dir),
+                          "CUDA_CACHE_PATH": str(Path(cache_dir or run_dir) / "cuda-jit")})
+        self.start = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=run_dir, env=env,
+                start_new_session=True, close_fds=True,
+            )
+        except BaseException:
+            self._clean()
+            raise
+        self.out_tail, self.err_tail = _Tail(self.proc.stdout), _Tail(self.proc.stderr)
+        self._send(self.token.encode() + b"\n", close=not gated)
+
+    def _send(self, data: bytes, close: bool) -> None:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+            if close:
+                self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):  # the process is gone already: finish() reports it
+            pass
+
+    def finish(self) -> JobOutcome:
+        """(Gated jobs: hand over the device now.) Wait for the end, within the limits; the outcome."""
+        proc, sandbox, cgroup = self.proc, self.sandbox, self.cgroup
+        if self.gated:
+            self._send(b"go\n", close=True)
+        start = time.monotonic()  # a gated job's clocks start at the hand-over
+        timed_out = memory_exceeded = too_many_processes = False
+        polled_pids = not (cgroup and cgroup.limits_pids)
+        polled_memory = self.backend == "cuda" and not (cgroup and cgroup.limits_memory)  # cpu has RLIMIT_AS
+        try:
+            deadline = start + (self.compile_timeout_s or self.timeout_s)
+            run_clock_started = not self.compile_timeout_s
+            while proc.poll() is None:
+                if not run_clock_started and self.marker.exists():
+                    run_clock_started = True
+                    deadline = time.monotonic() + self.timeout_s
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    break
+                if polled_pids or polled_memory:
+                    procs = _descendants(proc.pid)
+                    if polled_pids and len(procs) > sandbox.max_processes:
+                        too_many_processes = True
+                        break
+                    if polled_memory and self.memory_bytes and sum(_safe_rss(p) for p in procs) > self.memory_bytes:
+                        memory_exceeded = True
+                        break
+                time.sleep(0.05)
+            _kill_group(proc)  # whatever the candidate left running dies with its group
+            if cgroup:
+                cgroup.kill_all()
+            killed = timed_out or memory_exceeded or too_many_processes
+            verdict = None if killed else read_signed(str(self.result_path), self.token.encode())
+            return JobOutcome(
+                verdict=verdict, timed_out=timed_out, exit_code=proc.returncode if proc.returncode is not None else -9,
+                wall_seconds=time.monotonic() - start, stdout_tail=self.out_tail.text(), stderr_tail=self.err_tail.text(),
+                memory_exceeded=memory_exceeded, processes_exceeded=too_many_processes,
+            )
+        finally:
+            self._clean()
+
+    def cancel(self) -> None:
+        """End a job that will not be finished (e.g. the batch is stopping)."""
+        _kill_group(self.proc)
+        self._clean()
+
+    def _clean(self) -> None:
+        if self.cgroup:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+            self.cgroup = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 def run_harness_job(
     job: dict[str, Any],
     timeout_s: float,
@@ -122,72 +230,7 @@ def run_harness_job(
     With ``compile_timeout_s`` the job first gets that long to compile; the harness touches a marker
     file when compilation is over and ``timeout_s`` counts from then.
     """
-    sandbox = sandbox or SandboxConfig()
-    workdir = Path(tempfile.mkdtemp(prefix="kevin-job-"))
-    os.chmod(workdir, 0o700)
-    token = secrets.token_hex(32)
-    result_path, job_path, marker = workdir / "result.json", workdir / "job.json", workdir / "compiled"
-    run_dir = workdir / "cwd"
-    run_dir.mkdir()
-    memory_bytes = memory_limit_mb * 1024 * 1024
-    cgroup = CgroupJob(workdir.name, sandbox.max_processes, memory_bytes if backend == "cuda" else 0) \
-        if sandbox.cgroup != "off" else None
-    cpu_seconds = int(3 * (timeout_s + compile_timeout_s)) + 60
-    spec = make_spec(sandbox, backend, str(workdir), cache_dir or str(run_dir), memory_bytes, cpu_seconds, nice,
-                     cgroup.procs_files if cgroup else [])
-    if cgroup and cgroup.note:
-        spec["parent_notes"] = [cgroup.note]
-    job_path.write_text(json.dumps({**job, "result_path": str(result_path), "compiled_marker": str(marker), "sandbox": spec}))
-    start = time.monotonic()
-    timed_out = memory_exceeded = False
-    env = _child_env({**(env_extra or {}), "TMPDIR": str(run_dir), "CUDA_CACHE_PATH": str(Path(cache_dir or run_dir) / "cuda-jit")})
-    polled_pids = not (cgroup and cgroup.limits_pids)
-    polled_memory = backend == "cuda" and not (cgroup and cgroup.limits_memory)  # cpu has RLIMIT_AS
-    too_many_processes = False
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=run_dir, env=env,
-            start_new_session=True, close_fds=True,
-        )
-        out_tail, err_tail = _Tail(proc.stdout), _Tail(proc.stderr)
-        try:
-            proc.stdin.write(token.encode() + b"\n")
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        deadline = start + (compile_timeout_s or timeout_s)
-        run_clock_started = not compile_timeout_s
-        while proc.poll() is None:
-            if not run_clock_started and marker.exists():
-                run_clock_started = True
-                deadline = time.monotonic() + timeout_s
-            if time.monotonic() > deadline:
-                timed_out = True
-                break
-            if polled_pids or polled_memory:
-                procs = _descendants(proc.pid)
-                if polled_pids and len(procs) > sandbox.max_processes:
-                    too_many_processes = True
-                    break
-                if polled_memory and memory_bytes and sum(_safe_rss(p) for p in procs) > memory_bytes:
-                    memory_exceeded = True
-                    break
-            time.sleep(0.05)
-        _kill_group(proc)  # whatever the candidate left running dies with its group
-        if cgroup:
-            cgroup.kill_all()
-        killed = timed_out or memory_exceeded or too_many_processes
-        verdict = None if killed else read_signed(str(result_path), token.encode())
-        return JobOutcome(
-            verdict=verdict, timed_out=timed_out, exit_code=proc.returncode if proc.returncode is not None else -9,
-            wall_seconds=time.monotonic() - start, stdout_tail=out_tail.text(), stderr_tail=err_tail.text(),
-            memory_exceeded=memory_exceeded, processes_exceeded=too_many_processes,
-        )
-    finally:
-        if cgroup:
-            cgroup.remove()
-        shutil.rmtree(workdir, ignore_errors=True)
+    return HarnessJob(job, timeout_s, memory_limit_mb, env_extra, compile_timeout_s, nice, sandbox, backend, cache_dir).finish()
 
 
 def _safe_rss(proc: Any) -> int:

@@ -172,3 +172,34 @@ def test_a_broken_reference_is_named_and_does_not_hide_the_others(cache_dir, rel
     assert ev.baselines.get(ev.baseline_key(broken)) is None
     with pytest.raises(RuntimeError, match="bad task"):
         ev.baseline_ms(broken)
+
+
+def test_gated_job_waits_before_candidate_code_until_handed_the_device(evaluator, relu_task):
+    import time
+
+    source = cpp_solution(RELU_BODY, name="t_gate", extra_py="print('CANDIDATE-IMPORTED', flush=True)")
+    evaluator.evaluate(relu_task, source)  # compiled and the baseline cached, so the run below is only the run
+    job = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    time.sleep(4)  # plenty for the set-up; the candidate's module must not have been imported yet
+    assert job.proc.poll() is None and b"CANDIDATE-IMPORTED" not in job.out_tail.data
+    outcome = job.finish()
+    assert "CANDIDATE-IMPORTED" in outcome.stdout_tail and outcome.verdict["status"] == "correct"
+    assert outcome.verdict["times"]["setup"] > 0
+
+    cancelled = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    cancelled.cancel()
+    assert cancelled.proc.poll() is not None and not cancelled.workdir.exists()
+
+
+def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
+    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    good = cpp_solution(RELU_BODY, name="t_ok")
+    wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
+    items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"p{i}")) for i, s in enumerate([good, crash, wrong, good, crash])]
+    evaluator._prestart = 2  # what cuda does by default; on cpu only to test the pipeline itself
+    try:
+        results = evaluator.evaluate_many(items)
+    finally:
+        evaluator._prestart = 0
+    assert [r.candidate_id for r in results] == ["p0", "p1", "p2", "p3", "p4"]
+    assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT, Status.RUNTIME_ERROR]
