@@ -29,7 +29,14 @@ from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits
 _HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/extension\.h|torch/types\.h|torch/torch\.h|ATen/ATen\.h)[>"][^\n]*$', re.M)
 LITE_HEADER = Path(__file__).with_name("torch_lite.h")
 
-_GLOBAL_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?:[\w:<>,\s\*&]+?)\s+(\w+)\s*\(")
+# Kernel attributes that take parentheses and may stand anywhere between ``__global__`` and the name
+# (``__global__ void __launch_bounds__(256) k(...)`` is as common as the other order).
+_KERNEL_ATTRIBUTE = re.compile(
+    r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__|__declspec|alignas)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"
+    r"|\[\[.*?\]\]"
+)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_GLOBAL_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*&]+?\s+)?(\w+)\s*\(")
 
 
 class CompileFailure(Exception):
@@ -52,7 +59,8 @@ def kernel_names(cuda_sources: list[str]) -> list[str]:
     """Names of the ``__global__`` functions defined in CUDA sources."""
     names: list[str] = []
     for source in cuda_sources:
-        names.extend(_GLOBAL_KERNEL.findall(source))
+        plain = _KERNEL_ATTRIBUTE.sub(" ", _COMMENT.sub(" ", source))
+        names.extend(n for n in _GLOBAL_KERNEL.findall(plain) if n not in names)
     return names
 
 

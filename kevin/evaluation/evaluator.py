@@ -467,8 +467,9 @@ class Evaluator:
                     result = self._score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=self.config.backend,
                                                     status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
                 self.run_intervals.append((device, began, time.monotonic()))
-                _log.debug("run phase of %s on %s: %.1f s wall, %s, phases %s", cand.key, device, time.monotonic() - began,
-                           result.status.value, {k: round(x, 2) for k, x in asdict(result.times).items() if x})
+                _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device, time.monotonic() - began,
+                           result.status.value, result.rule_id, {k: round(x, 2) for k, x in asdict(result.times).items() if x},
+                           f", error: {result.error[:300]!r}" if result.error else "")
                 result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
                 result.compile_path = result.compile_path or self._compile_paths.get(i, "")
                 done(i, result)

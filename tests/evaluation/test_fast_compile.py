@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kevin.evaluation.compiler import CompileFailure, InlineCompiler, lite_variant
+from kevin.evaluation.compiler import CompileFailure, InlineCompiler, kernel_names, lite_variant
 from kevin.evaluation.rules import load_rules
 from kevin.tasks import bundled_solutions_dir
 
@@ -111,3 +111,31 @@ def test_every_bundled_cuda_reference_compiles_on_the_fast_path(tmp_path):
         results = list(pool.map(build, solutions))
     failed = {name: err for name, rc, err in results if rc != 0}
     assert not failed, failed
+
+
+@pytest.mark.parametrize("source, names", [
+    ("__global__ void __launch_bounds__(256) gemm_tiled_kernel(const float* a)", ["gemm_tiled_kernel"]),
+    ("__global__ void __launch_bounds__(SCAN_THREADS, 2) cumsum(float* y)", ["cumsum"]),
+    ("__global__ __launch_bounds__(128) void k2(int n)", ["k2"]),
+    ("template <typename scalar_t>\n__global__ void relu_kernel(const scalar_t* __restrict__ x, scalar_t* y)", ["relu_kernel"]),
+    ('extern "C" __global__ void __launch_bounds__(MAX(1, (2))) k3(int n)', ["k3"]),
+    ("void __global__ k4(int n)", ["k4"]),
+    ("__global__ static void __attribute__((noinline)) k5(int n)", ["k5"]),
+    ("// __global__ void fake(int)\n/* __global__ void fake2(int) */ __global__ void real(int)", ["real"]),
+    ("__global__ void __cluster_dims__(2, 1, 1) k6(float* x)", ["k6"]),
+])
+def test_kernel_names_see_through_attributes_and_comments(source, names):
+    # An attribute read as the kernel's name made every honest kernel declared with
+    # `__launch_bounds__` after its return type fail the decoy check on the GPU.
+    assert kernel_names([source]) == names
+
+
+def test_every_bundled_cuda_reference_declares_named_kernels():
+    import re
+
+    for solution in sorted(bundled_solutions_dir("cuda").rglob("*.py")):
+        cuda = _cuda_sources(solution)["cuda_sources"]
+        cuda = [cuda] if isinstance(cuda, str) else cuda
+        names = kernel_names(cuda)
+        assert names and len(names) == len(re.findall(r"__global__", "\n".join(cuda))), (solution.name, names)
+        assert not any(n.startswith("__") for n in names), (solution.name, names)
