@@ -63,7 +63,7 @@ class EvalConfig(Settings):
     memory_limit_mb: int = 16384
     """Host memory limit of a candidate process (address space on cpu; resident set on cuda)."""
 
-    prestart_runs: int = 2
+    prestart_runs: int = 4
     """cuda: run processes started ahead of their turn per GPU. They isolate themselves, import torch and
     create their CUDA context and profiler while the GPU runs the current candidate, then wait, before
     any candidate code runs, for their turn (one candidate on a GPU at a time). 0: start each in turn."""

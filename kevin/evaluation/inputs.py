@@ -26,25 +26,32 @@ def _reshape_distribution(tensor: torch.Tensor, generator: torch.Generator) -> t
     multiplied elementwise by u; u ~ U(0.5, 1.5). Signs and zeros are kept, so positive-only inputs
     (logs, square roots) stay valid, while shortcuts that assume torch.randn/torch.rand statistics fail.
     """
-    u = torch.rand(tensor.shape, generator=generator, dtype=torch.float32).to(tensor.dtype) + 0.5
+    u = torch.rand(tensor.shape, generator=generator, dtype=torch.float32, device=tensor.device).to(tensor.dtype) + 0.5
     if tensor.numel() and float(tensor.min()) >= 0.0 and float(tensor.max()) <= 1.0:
         return tensor.pow(u)
     return tensor * u
 
 
 def make_inputs(task_module: Any, seed: int, distribution: str, device: torch.device) -> list[Any]:
-    """``get_inputs()`` under ``seed``, reshaped to ``distribution``, moved to ``device``."""
+    """``get_inputs()`` under ``seed``, reshaped to ``distribution``, on ``device``.
+
+    ``get_inputs`` runs with ``device`` as the default device, so its ``torch.randn`` & co. fill the
+    tensors where they are used: on cuda, drawing a few hundred MB of inputs on one CPU core and
+    copying them over took seconds per trial. (Values then come from that device's generator,
+    seeded by the same ``seed``.)
+    """
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown input distribution {distribution!r}")
-    raw = seeded(seed, task_module.get_inputs)
-    generator = torch.Generator().manual_seed(seed ^ 0x5EED)
+    with torch.device(device):
+        raw = seeded(seed, task_module.get_inputs)
+    generator = torch.Generator(device=device).manual_seed(seed ^ 0x5EED)
     out: list[Any] = []
     for item in raw:
         if isinstance(item, torch.Tensor):
-            item = item.detach().cpu()
+            item = item.detach().to(device)
             if distribution == "scaled" and item.is_floating_point():
                 item = _reshape_distribution(item, generator)
-            item = item.to(device).contiguous()
+            item = item.contiguous()
         out.append(item)
     return out
 

@@ -196,7 +196,7 @@ def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
     good = cpp_solution(RELU_BODY, name="t_ok")
     wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
     items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"p{i}")) for i, s in enumerate([good, crash, wrong, good, crash])]
-    evaluator._prestart = 2  # what cuda does by default; on cpu only to test the pipeline itself
+    evaluator._prestart = 2  # as cuda does (default 4); on cpu only to test the pipeline itself
     try:
         results = evaluator.evaluate_many(items)
     finally:
