@@ -16,9 +16,11 @@ Why old log-probs are recomputed instead of taken from the rollout: a server bac
 none, or give them from different kernels / precision; mixing those into the ratio biases it. The
 rollout's log-probs are still compared with the recomputed ones (metric ``rollout_logprob_diff``).
 
-Not covered here: several processes. Under ``accelerate launch`` with ``configs/accelerate_zero3.yaml``
-each process would need its own shard of the samples and the step totals of its shard (see loss.py);
-the trainer does not do that wiring yet.
+Several processes (``torchrun`` / ``accelerate launch``, after ``distributed.init_from_env()``): plain
+data parallelism, see ``kevin/training/distributed.py``: each process backpropagates its strided share
+of the step's samples against the whole batch's totals and the gradients are summed across processes
+before clipping, so every process takes the step one process would have taken. Parameter sharding
+(DeepSpeed ZeRO-3) is not wired in.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import torch
 
 from kevin.rollout.records import TrainingSample
 from kevin.training.config import TrainConfig
+from kevin.training.distributed import barrier, shard, sum_floats, sum_gradients, world
 from kevin.training.loss import policy_loss
 
 log = logging.getLogger(__name__)
@@ -257,9 +260,11 @@ class _StepTotals:
     rollout_diff: float = 0.0
     rollout_tokens: float = 0.0
 
+    WEIGHTED = ("clip_fraction", "clip_fraction_high", "clip_fraction_low", "ratio_mean", "approx_kl", "kl_ref")
+
     def add_weighted(self, metrics: dict[str, float], weight: float) -> None:
         self.weighted = self.weighted or {}
-        for key in ("clip_fraction", "clip_fraction_high", "clip_fraction_low", "ratio_mean", "approx_kl", "kl_ref"):
+        for key in self.WEIGHTED:
             if key in metrics:
                 self.weighted[key] = self.weighted.get(key, 0.0) + metrics[key] * weight
 
@@ -276,7 +281,8 @@ class GRPOTrainer:
     def __init__(self, model: Any, config: TrainConfig | None = None, *, tokenizer: Any = None,
                  ref_model: Any = None, pad_token_id: int | None = None):
         self.config = cfg = config or TrainConfig()
-        seed_everything(cfg.seed)
+        self.rank, self.world_size = world()
+        seed_everything(cfg.seed)  # the same seed on every process: the same initial weights everywhere
         self.device = _resolve_device(cfg.device)
         self.tokenizer = tokenizer
         self.pad_token_id = self._pad_id(model, tokenizer, pad_token_id)
@@ -402,9 +408,10 @@ class GRPOTrainer:
         if cfg.skip_zero_advantage and not cfg.loss.needs_reference:
             active = [i for i in active if samples[i].advantage != 0.0]
         totals = _StepTotals()
-        on_policy = all(i not in old_logprobs for i in active)
+        mine = shard(active, self.rank, self.world_size)  # all of them in a single process
+        on_policy = all(i not in old_logprobs for i in mine)
         self.model.train()
-        for chunk in self._micro_batches(samples, active):
+        for chunk in self._micro_batches(samples, mine):
             batch = [samples[i] for i in chunk]
             cur = self._logprobs(self.model, batch, with_entropy=True)
             logp, mask = cur.logprobs, cur.mask  # [b, T] float32, [b, T] bool
@@ -428,6 +435,8 @@ class GRPOTrainer:
             totals.processed += tokens + sum(len(s.prompt_token_ids) for s in batch)
             totals.entropy += float(cur.entropy.sum())
             totals.add_weighted(metrics, tokens)
+        if self.world_size > 1:
+            totals = self._sum_totals(totals)
         out = {"loss": totals.loss, "pg_loss": totals.pg_loss, "sequences": num_sequences, "tokens": num_tokens,
                "trained_sequences": float(len(active)), "on_policy": float(on_policy),
                "entropy": totals.entropy / totals.tokens if totals.tokens else 0.0,
@@ -436,6 +445,21 @@ class GRPOTrainer:
             out[key] = value / totals.tokens if totals.tokens else 0.0
         if totals.rollout_tokens:
             out["rollout_logprob_diff"] = totals.rollout_diff / totals.rollout_tokens
+        return out
+
+    @staticmethod
+    def _sum_totals(totals: _StepTotals) -> _StepTotals:
+        """The step's sums over every process (each saw only its share of the samples)."""
+        plain = ("loss", "pg_loss", "tokens", "processed", "entropy", "rollout_diff", "rollout_tokens")
+        weighted = totals.weighted or {}
+        values = {k: getattr(totals, k) for k in plain}
+        values.update({f"w:{k}": v for k, v in weighted.items()})
+        values.update({f"has:{k}": 1.0 for k in weighted})
+        keys = list(plain) + [f"{p}:{k}" for k in _StepTotals.WEIGHTED for p in ("w", "has")]
+        summed = sum_floats(values, keys)
+        out = _StepTotals(**{k: summed[k] for k in plain})
+        present = [k for k in _StepTotals.WEIGHTED if summed[f"has:{k}"] > 0]
+        out.weighted = {k: summed[f"w:{k}"] for k in present} or None
         return out
 
     @staticmethod
@@ -486,6 +510,8 @@ class GRPOTrainer:
         lr = self.optimizer.param_groups[0]["lr"]
         self.optimizer.zero_grad(set_to_none=True)
         metrics = self.accumulate_gradients(samples, indices, old)
+        if self.world_size > 1:
+            sum_gradients(self.params)  # before clipping: every process clips and steps on the same sum
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm))
         skipped = not math.isfinite(grad_norm)
         if skipped:
@@ -522,8 +548,11 @@ class GRPOTrainer:
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         final = directory / f"step_{step:06d}"
+        if self.rank != 0:  # the weights are the same on every process: the first one writes them
+            barrier()
+            return final
+        directory.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory))
         try:
             self.model.save_pretrained(str(tmp / "model"))
@@ -546,6 +575,7 @@ class GRPOTrainer:
             raise
         for _, old in list_checkpoints(directory)[:-self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
+        barrier()  # the others wait for a complete checkpoint before anyone reads it
         return final
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
