@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.feedback import feedback_line
+from kevin.evaluation.harness import SETUP_FAILED_EXIT
 from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
 from kevin.evaluation.rules import load_rules, static_hits
 from kevin.evaluation.sandbox import HarnessJob, JobOutcome
@@ -374,6 +375,9 @@ class Evaluator:
         """The run process of one candidate (``job``: one started ahead, gated) and its verdict."""
         baseline = self.baseline_ms(task, device)
         outcome = (job or self._start("run", task, candidate.source, device)).finish()
+        if job is not None and outcome.verdict is None and outcome.exit_code == SETUP_FAILED_EXIT:
+            # Its set-up failed while another candidate had the GPU: give it a fresh process, now.
+            outcome = self._start("run", task, candidate.source, device).finish()
         result = self.from_outcome(task, candidate, outcome, baseline)
         if result.flagged_speedup:
             # Too good to trust on one measurement: judge it again in a fresh process.

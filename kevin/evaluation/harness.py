@@ -59,6 +59,10 @@ class Verdict:
     reference_errors: dict[str, str] = field(default_factory=dict)
 
 
+SETUP_FAILED_EXIT = 4
+"""Exit code of a gated job whose set-up failed before its turn (the evaluator runs it again, ungated)."""
+
+
 class Stop(Exception):
     """Ends the evaluation early with a verdict already filled in."""
 
@@ -429,9 +433,16 @@ def run_job(job: dict[str, Any], wait_for_go: Callable[[], None] | None = None) 
     mode = job["mode"]
     try:
         began = time.perf_counter()
-        session.setup()
-        if mode == "run":
-            session.load_task()
+        try:
+            session.setup()
+            if mode == "run":
+                session.load_task()
+        except BaseException:
+            if wait_for_go:
+                # Set up ahead of its turn, e.g. while the candidate before it held all GPU memory: not
+                # this candidate's doing. No verdict; the evaluator starts it again when it is its turn.
+                os._exit(SETUP_FAILED_EXIT)
+            raise
         session.verdict.times["setup"] = time.perf_counter() - began
         if wait_for_go:
             wait_for_go()

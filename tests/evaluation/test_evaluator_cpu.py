@@ -203,3 +203,21 @@ def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
         evaluator._prestart = 0
     assert [r.candidate_id for r in results] == ["p0", "p1", "p2", "p3", "p4"]
     assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT, Status.RUNTIME_ERROR]
+
+
+def test_a_job_whose_set_up_fails_ahead_of_its_turn_is_run_again_in_turn(evaluator, relu_task):
+    from dataclasses import replace
+
+    from kevin.evaluation.harness import SETUP_FAILED_EXIT
+
+    broken = replace(relu_task, task_id="level1/98_broken_init", name="98_broken_init",
+                     source=relu_task.source.replace("super().__init__()", "super().__init__()\n        raise MemoryError('no room')"))
+    evaluator.baselines.put(evaluator.baseline_key(broken), 1.0, {"note": "test"})  # so only the run phase runs
+    source = cpp_solution(RELU_BODY)
+    ahead = evaluator._start("run", broken, source, "cpu", gated=True)
+    ahead.proc.wait(timeout=60)  # fails in its set-up, before its turn: no verdict, a distinct exit code
+    assert ahead.proc.returncode == SETUP_FAILED_EXIT
+    ahead = evaluator._start("run", broken, source, "cpu", gated=True)
+    result = evaluator._run_phase(broken, Candidate(broken.task_id, source), "cpu", ahead)
+    # Run again ungated, in turn: now the failure is reported as what it is, with its error.
+    assert result.status is Status.RUNTIME_ERROR and "no room" in result.error and "exit code" not in result.error
