@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
 import sys
 import time
 import traceback
@@ -142,6 +143,9 @@ class Session:
         self.new_model: Any = None
         self.compiler: Any = None
         self.integrity: Any = None
+        # The correctness trial whose call is profiled for kernels on cuda: drawn before any candidate
+        # code exists (nothing it patches can change the draw), so the call count does not reveal it.
+        self.watched_trial = secrets.randbelow(self.cfg.correctness_trials)
 
     def fail(self, status: str, message: str, rule_id: str = "", error: str = "") -> None:
         self.verdict.status, self.verdict.message, self.verdict.rule_id = status, message, rule_id
@@ -280,30 +284,52 @@ class Session:
 
     # -- correctness -------------------------------------------------------------------------
 
-    def call_candidate(self, inputs: list[Any]) -> Any:
-        """One candidate forward with ops recorded; failures become verdicts, never exceptions."""
+    def call_candidate(self, inputs: list[Any], watch_kernels: bool = False) -> Any:
+        """One candidate forward, checked; failures become verdicts, never exceptions.
+
+        cpu: every call is profiled for ATen ops (a profiler session costs about a millisecond there).
+        cuda: a session costs about a second (CUPTI), so only the ``watch_kernels`` call is profiled, for
+        CPU ops and GPU kernels both: no PyTorch compute op, at least one of the solution's own kernels,
+        no foreign compute kernel. Which correctness trial that is, is drawn at random per process.
+        """
         import torch
 
         from kevin.evaluation.checks import output_problem
 
-        # On cpu every trial is profiled for ATen ops (a profiler session costs about a millisecond
-        # there). On cuda a session costs about a second (CUPTI), so the ops are checked in the one
-        # CPU+CUDA session of kernel_check instead, where every launched kernel is also seen.
-        profile_ops = self.device.type == "cpu"
+        cuda = self.device.type == "cuda"
+        profiled = not cuda or watch_kernels
+        activities = self._profiler_activities() if cuda else self._profiler_activities()[:1]
+        start = time.perf_counter()
         try:
-            with torch.profiler.profile(activities=self._profiler_activities()[:1]) if profile_ops else nullcontext() as prof:
+            with torch.profiler.profile(activities=activities) if profiled else nullcontext() as prof:
                 out = self.new_model(*inputs)
-                if self.device.type == "cuda":
+                if cuda:
                     torch.cuda.synchronize(self.device)
         except Exception as exc:
             self.fail("runtime_error", "the forward raised an error", error=_error_text(exc))
         self.check_tampering()
-        if profile_ops:
+        if profiled:
             self.check_ops(prof.events())
+        if cuda and watch_kernels:
+            self.check_kernels(prof.events())
+            self.verdict.times["profile"] = time.perf_counter() - start
         problem = output_problem(out, self.device)
         if problem:
             self.fail("rule_violation", problem, rule_id="output_type")
         return out
+
+    def check_kernels(self, events: Any) -> None:
+        """A kernel of the candidate's own extension must have run, and no other compute kernel."""
+        from torch.autograd import DeviceType
+
+        from kevin.evaluation.checks import classify_kernels
+
+        names = [e.name for e in events if getattr(e, "device_type", None) == DeviceType.CUDA]
+        own, foreign = classify_kernels(names, self.compiler.kernels)
+        if not own:
+            self.fail("rule_violation", "none of the solution's own CUDA kernels ran in the forward (decoy kernel)", rule_id="decoy_kernel")
+        if foreign:
+            self.fail("rule_violation", f"kernels not from the solution ran in the forward: {foreign[0][:120]}", rule_id="foreign_kernel")
 
     def check_ops(self, events: Any) -> None:
         """No PyTorch compute op may appear among a forward's profiled events."""
@@ -327,7 +353,7 @@ class Session:
             if self.device.type == "cuda":
                 poison_free_cuda_memory(self.device)
             calls_before = self.compiler.call_counter.get("calls", 0)
-            out = self.call_candidate(cand_in)
+            out = self.call_candidate(cand_in, watch_kernels=k == self.watched_trial)
             got = snapshot_output(out)
             del out
             mutated = not inputs_equal(pristine, cand_in)
@@ -357,29 +383,6 @@ class Session:
         v.times["correctness"] = time.perf_counter() - start
         if v.trials_passed == 0:
             self.fail("runtime_error", "no trial had a finite reference output", error="task reference is not finite")
-
-    def kernel_check(self) -> None:
-        """CUDA only: a kernel of the candidate's own extension must run in the forward, and no other compute kernel."""
-        import torch
-        from torch.autograd import DeviceType
-
-        from kevin.evaluation.checks import classify_kernels
-        from kevin.evaluation.inputs import make_inputs
-
-        start = time.perf_counter()
-        inputs = make_inputs(self.task, self.cfg.seed + 999, "base", self.device)
-        with torch.profiler.profile(activities=self._profiler_activities()) as prof:
-            self.new_model(*inputs)
-            torch.cuda.synchronize(self.device)
-        self.check_tampering()
-        self.check_ops(prof.events())
-        names = [e.name for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA]
-        own, foreign = classify_kernels(names, self.compiler.kernels)
-        self.verdict.times["profile"] = time.perf_counter() - start
-        if not own:
-            self.fail("rule_violation", "none of the solution's own CUDA kernels ran in the forward (decoy kernel)", rule_id="decoy_kernel")
-        if foreign:
-            self.fail("rule_violation", f"kernels not from the solution ran in the forward: {foreign[0][:120]}", rule_id="foreign_kernel")
 
     # -- timing ------------------------------------------------------------------------------
 
@@ -455,8 +458,6 @@ def run_job(job: dict[str, Any], wait_for_go: Callable[[], None] | None = None) 
             return session.verdict
         session.build_candidate()
         session.correctness()
-        if session.device.type == "cuda":
-            session.kernel_check()
         session.verdict.runtime_ms = session.timing(session.new_model, spot_check=True)
         session.check_tampering()
         session.verdict.status, session.verdict.correct = "correct", True
