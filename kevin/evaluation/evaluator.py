@@ -375,8 +375,9 @@ class Evaluator:
         """The run process of one candidate (``job``: one started ahead, gated) and its verdict."""
         baseline = self.baseline_ms(task, device)
         outcome = (job or self._start("run", task, candidate.source, device)).finish()
-        if job is not None and outcome.verdict is None and outcome.exit_code == SETUP_FAILED_EXIT:
-            # Its set-up failed while another candidate had the GPU: give it a fresh process, now.
+        if job is not None and outcome.verdict is None and (job.died_before_go or outcome.exit_code == SETUP_FAILED_EXIT):
+            # Its set-up failed (or it was killed) while another candidate had the GPU, before any code
+            # of its own ran: not its doing, so it gets a fresh process, now.
             outcome = self._start("run", task, candidate.source, device).finish()
         result = self.from_outcome(task, candidate, outcome, baseline)
         if result.flagged_speedup:

@@ -476,10 +476,10 @@ def main(argv: list[str]) -> None:
     if job.get("gated"):
         def wait_for_go() -> None:
             # A gated job was started ahead of its turn; it waits here, set up but before any candidate
-            # code, until the parent hands it the device. Anything but "go" ends it without a verdict.
+            # code, until the parent hands it the device. Anything but "go:<token>" ends it, no verdict.
             line = sys.stdin.buffer.readline().strip()
             sys.stdin.close()
-            if line != b"go":
+            if not hmac.compare_digest(line, b"go:" + token):  # only the parent knows the token
                 os._exit(3)
     else:
         sys.stdin.close()

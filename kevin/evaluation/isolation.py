@@ -13,6 +13,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | cgroup (v1 or v2 pids/memory, root) | fork bombs (`pids.max`), resident memory on cuda | GPU memory (the caching allocator's OOM is a runtime error) | parent-side RSS polling and process-group kill |
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
+| sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (cuda until validated), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
 | seccomp | not done | | |
 """
 

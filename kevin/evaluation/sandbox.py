@@ -148,6 +148,7 @@ class HarnessJob:
         except BaseException:
             self._clean()
             raise
+        self.died_before_go = False
         self.out_tail, self.err_tail = _Tail(self.proc.stdout), _Tail(self.proc.stderr)
         self._send(self.token.encode() + b"\n", close=not gated)
 
@@ -164,7 +165,9 @@ class HarnessJob:
         """(Gated jobs: hand over the device now.) Wait for the end, within the limits; the outcome."""
         proc, sandbox, cgroup = self.proc, self.sandbox, self.cgroup
         if self.gated:
-            self._send(b"go\n", close=True)
+            # Ended before its turn (its set-up failed, or something killed it): the caller may retry.
+            self.died_before_go = proc.poll() is not None
+            self._send(b"go:" + self.token.encode() + b"\n", close=True)
         start = time.monotonic()  # a gated job's clocks start at the hand-over
         timed_out = memory_exceeded = too_many_processes = False
         polled_pids = not (cgroup and cgroup.limits_pids)

@@ -221,3 +221,24 @@ def test_a_job_whose_set_up_fails_ahead_of_its_turn_is_run_again_in_turn(evaluat
     result = evaluator._run_phase(broken, Candidate(broken.task_id, source), "cpu", ahead)
     # Run again ungated, in turn: now the failure is reported as what it is, with its error.
     assert result.status is Status.RUNTIME_ERROR and "no room" in result.error and "exit code" not in result.error
+
+
+def test_a_waiting_job_killed_by_someone_else_is_run_again_and_ignores_a_forged_go(evaluator, relu_task):
+    import os
+    import signal
+    import time
+
+    source = cpp_solution(RELU_BODY, name="t_gate")
+    evaluator.evaluate(relu_task, source)  # compiled and baseline cached
+    victim = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    time.sleep(3)
+    os.kill(victim.proc.pid, signal.SIGKILL)  # e.g. a hostile candidate running beside it
+    victim.proc.wait(timeout=10)
+    result = evaluator._run_phase(relu_task, Candidate(relu_task.task_id, source), "cpu", victim)
+    assert victim.died_before_go and result.status is Status.CORRECT
+
+    forged = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    forged.proc.stdin.write(b"go\n")  # a go without the job's token
+    forged.proc.stdin.flush()
+    assert forged.proc.wait(timeout=60) == 3
+    forged.cancel()
