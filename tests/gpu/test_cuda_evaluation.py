@@ -15,6 +15,7 @@ import pytest
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.candidates import reference_candidates
+from kevin.evaluation.isolation import SandboxConfig
 from kevin.evaluation.report import summarise
 from kevin.tasks import load_bundled_suite
 from tests.conftest import RELU_CUDA, cuda_solution
@@ -41,8 +42,12 @@ HACKS = {
 
 
 def _config(**over) -> EvalConfig:
+    """The cuda config of these tests: defaults, except Landlock's file-system allow-list is on, so the
+    suite doubles as its validation on the GPU (`sandbox.filesystem: auto` keeps it off on cuda until
+    then); KEVIN_TEST_FILESYSTEM=auto runs them as users get them today."""
     cache = os.environ.get("KEVIN_CACHE_DIR", "")
     workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
+    over.setdefault("sandbox", SandboxConfig(filesystem=os.environ.get("KEVIN_TEST_FILESYSTEM", "on")))
     return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
 
 
