@@ -18,9 +18,9 @@ case "${PART:-tests}" in
     timeout ${T:-570} python3 -m pytest -q -m gpu tests/gpu tests/training -p no:cacheprovider -s -rA --durations=15 \
       -o log_cli=true --log-cli-level=DEBUG 2>&1 | grep -v '^evaluating' | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' ;;
   bench)
-    timeout ${T1:-330} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-32} --stock ${STOCK:-2} \
+    timeout ${T1:-360} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-32} --stock ${STOCK:-2} \
       --cache "$KEVIN_CACHE_DIR" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -40
-    timeout ${T2:-230} python3 benchmarks/bench_train_step.py --device cuda --backend cuda --cache "$KEVIN_CACHE_DIR" \
+    timeout ${T2:-210} python3 benchmarks/bench_train_step.py --device cuda --backend cuda --cache "$KEVIN_CACHE_DIR" \
       --out "$OUT/train_step.md" 2>&1 | tail -60 ;;
   kernelbench)
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
