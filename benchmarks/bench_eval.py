@@ -23,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import print_and_save  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
 from kevin.evaluation.candidates import reference_candidates  # noqa: E402
 from kevin.evaluation.report import summarise  # noqa: E402
@@ -167,10 +168,7 @@ def main() -> None:
         "per candidate: " + json.dumps([[r.task_id, r.status.value, round(r.times.compile, 1), round(r.speedup, 3)] for r in results]),
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
+    print_and_save(text, args.out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.common import print_and_save  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
 from kevin.evaluation.isolation import SandboxConfig, landlock_abi  # noqa: E402
 from kevin.tasks import bundled_solutions_dir, load_bundled_suite  # noqa: E402
@@ -58,9 +59,7 @@ def main() -> None:
         f"| ratio on/off | {on / off:.3f} | |",
         "",
     ])
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    print_and_save(text, args.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from benchmarks.common import print_and_save  # noqa: E402
 
 
 def load_kernelbench(root: str) -> types.ModuleType:
@@ -136,9 +137,7 @@ def main() -> None:
         *rows,
         "",
     ])
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text)
+    print_and_save(text, args.out)
 
 
 if __name__ == "__main__":

@@ -410,7 +410,6 @@ class Session:
                     self.fail("incorrect", f"timed call {i + 1} returned a wrong result (stale or cached output?): {cmp.message}")
         return result.median_ms
 
-
     def time_references(self) -> None:
         """Time several trusted task references in this one process (no candidate code runs here).
 

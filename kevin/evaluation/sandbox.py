@@ -138,7 +138,6 @@ class HarnessJob:
                                         "sandbox": spec, "gated": gated}))
         env = _child_env({**(env_extra or {}), "TMPDIR": str(run_dir),
                           "CUDA_CACHE_PATH": str(Path(cache_dir or run_dir) / "cuda-jit")})
-        self.start = time.monotonic()
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kevin.evaluation.harness", str(job_path)],

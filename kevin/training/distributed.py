@@ -80,8 +80,4 @@ def barrier() -> None:
         dist.barrier()
 
 
-def is_main() -> bool:
-    return world()[0] == 0
-
-
-__all__ = ["barrier", "init_from_env", "is_main", "shard", "sum_floats", "sum_gradients", "world"]
+__all__ = ["barrier", "init_from_env", "shard", "sum_floats", "sum_gradients", "world"]
