@@ -121,6 +121,12 @@ class TrainConfig(Settings):
     device: str = "auto"
     """Where the model trains: `auto` (CUDA if available, else CPU), `cpu`, `cuda`, `cuda:1`, ..."""
 
+    zero_stage: int | None = None
+    """DeepSpeed ZeRO stage of the update: 3 partitions parameters, gradients and AdamW state over the
+    processes of a launch (``kevin/training/zero.py``); 0 replicates them (plain data parallelism, or one
+    process). None: what the launcher asked for (3 under ``accelerate launch --config_file
+    configs/accelerate_zero3.yaml``), else 0. Not with ``lora``."""
+
     def __post_init__(self) -> None:
         if isinstance(self.loss, dict):
             self.loss = LossConfig.from_dict(self.loss)
@@ -164,6 +170,11 @@ class TrainConfig(Settings):
                 raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"train.seed must be a non-negative integer, got {self.seed!r}")
+        if self.zero_stage is not None and (isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 3)):
+            raise ValueError(f"train.zero_stage must be 0, 3 or null (from the launcher), got {self.zero_stage!r}")
+        if self.lora and self.zero_stage == 3:
+            raise ValueError("train.lora with train.zero_stage 3 is not supported: LoRA's frozen base gains nothing "
+                             "from partitioning and its adapters are small; use zero_stage 0 (replicated)")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ValueError(f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
 

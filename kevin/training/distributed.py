@@ -9,8 +9,9 @@ How the update is split, so that N processes give the gradient one process would
 - process r backpropagates only samples ``r, r + N, ...`` of the step's trainable samples;
 - the gradients are summed across processes (one all-reduce per parameter) before clipping, so the
   clipped norm, the AdamW step and thus the weights are the same on every process.
-This replicates the model on every GPU (plain data parallelism). Sharding parameters, gradients and
-optimiser state (DeepSpeed ZeRO-3, ``configs/accelerate_zero3.yaml``) is not wired into the trainer.
+This replicates the model on every GPU (plain data parallelism). To partition parameters, gradients and
+optimiser state instead, the trainer runs a DeepSpeed ZeRO-3 engine on the same shares (``zero.py``,
+``configs/accelerate_zero3.yaml``).
 """
 
 from __future__ import annotations

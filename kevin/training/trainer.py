@@ -19,8 +19,9 @@ rollout's log-probs are still compared with the recomputed ones (metric ``rollou
 Several processes (``torchrun`` / ``accelerate launch``, after ``distributed.init_from_env()``): plain
 data parallelism, see ``kevin/training/distributed.py``: each process backpropagates its strided share
 of the step's samples against the whole batch's totals and the gradients are summed across processes
-before clipping, so every process takes the step one process would have taken. Parameter sharding
-(DeepSpeed ZeRO-3) is not wired in.
+before clipping, so every process takes the step one process would have taken. With ``zero_stage`` 3
+the same shares are trained by a DeepSpeed ZeRO-3 engine instead, which partitions the parameters,
+gradients and AdamW state over the processes (``kevin/training/zero.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any, Sequence
 import torch
 
 from kevin.rollout.records import TrainingSample
+from kevin.training import zero
 from kevin.training.config import TrainConfig
 from kevin.training.distributed import barrier, shard, sum_floats, sum_gradients, world
 from kevin.training.loss import policy_loss
@@ -313,9 +315,19 @@ class GRPOTrainer:
         fused = self.device.type == "cuda"  # one kernel for all parameters on GPU
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps,
                                            weight_decay=cfg.weight_decay, fused=fused)
+        self.zero_stage = zero.stage_from_launcher() if cfg.zero_stage is None else cfg.zero_stage
+        if self.zero_stage and cfg.lora:
+            raise ValueError("train.lora cannot train under ZeRO-3 (the launcher asked for it): set train.zero_stage: 0")
+        self.engine = None
+        """The DeepSpeed engine under ZeRO-3 (it owns the partitioned weights and optimiser state), else None."""
+        if self.zero_stage:
+            self.engine = zero.initialize(self.model, self.optimizer,
+                                          zero.deepspeed_config(max_grad_norm=cfg.max_grad_norm))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(
             lr_factor, warmup=cfg.warmup_steps, total=cfg.total_optimizer_steps, schedule=cfg.lr_schedule))
         self.optimizer_steps = 0
+        self.passes = 0
+        """Forward/backward passes of the last accumulation (the most any process made, under ZeRO-3)."""
         self.resumed_extra: dict[str, Any] = {}
         """``extra`` of the checkpoint that ``resume`` loaded (e.g. the policy's sampler state)."""
 
@@ -344,6 +356,8 @@ class GRPOTrainer:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast_dtype else nullcontext()
 
     def _logprobs(self, model: Any, samples: Sequence[TrainingSample], *, with_entropy: bool) -> SequenceLogprobs:
+        if model is self.model and self.engine is not None:
+            model = self.engine  # its forward gathers the partitioned parameters
         with self._autocast():
             return sequence_logprobs(model, [s.prompt_token_ids for s in samples],
                                      [s.completion_token_ids for s in samples], temperature=self.config.temperature,
@@ -411,7 +425,11 @@ class GRPOTrainer:
         mine = shard(active, self.rank, self.world_size)  # all of them in a single process
         on_policy = all(i not in old_logprobs for i in mine)
         self.model.train()
-        for chunk in self._micro_batches(samples, mine):
+        chunks = self._micro_batches(samples, mine)
+        passes = zero.passes_everywhere(len(chunks)) if self.engine is not None else len(chunks)
+        for k, chunk in enumerate(chunks):
+            if self.engine is not None:
+                self.engine.set_gradient_accumulation_boundary(k == passes - 1)
             batch = [samples[i] for i in chunk]
             cur = self._logprobs(self.model, batch, with_entropy=True)
             logp, mask = cur.logprobs, cur.mask  # [b, T] float32, [b, T] bool
@@ -427,7 +445,7 @@ class GRPOTrainer:
             ref = self._reference_logprobs(batch)[:, :width] if cfg.loss.needs_reference else None
             loss, metrics = policy_loss(logp, old, adv, mask, cfg.loss, logp_ref=ref,
                                         num_sequences=num_sequences, num_tokens=num_tokens)
-            loss.backward()
+            self._backward(loss)
             tokens = float(mask.sum())
             totals.loss += loss.item()
             totals.pg_loss += metrics["pg_loss"]
@@ -435,6 +453,9 @@ class GRPOTrainer:
             totals.processed += tokens + sum(len(s.prompt_token_ids) for s in batch)
             totals.entropy += float(cur.entropy.sum())
             totals.add_weighted(metrics, tokens)
+        for k in range(len(chunks), passes):
+            self._idle_pass(samples, indices, boundary=k == passes - 1)
+        self.passes = passes
         if self.world_size > 1:
             totals = self._sum_totals(totals)
         out = {"loss": totals.loss, "pg_loss": totals.pg_loss, "sequences": num_sequences, "tokens": num_tokens,
@@ -446,6 +467,22 @@ class GRPOTrainer:
         if totals.rollout_tokens:
             out["rollout_logprob_diff"] = totals.rollout_diff / totals.rollout_tokens
         return out
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.engine is not None:
+            # DeepSpeed AVERAGES the processes' gradients; the loss is already divided by the whole step's
+            # totals, so the sum is the step's gradient: scale by the world size to undo the average.
+            self.engine.backward(loss * self.world_size)  # reduces into this process's gradient partition
+        else:
+            loss.backward()
+
+    def _idle_pass(self, samples: Sequence[TrainingSample], indices: Sequence[int], *, boundary: bool) -> None:
+        """A forward/backward that adds nothing to the gradient, for a ZeRO-3 process that has run out of
+        micro-batches before the others: their passes gather parameters from it too."""
+        self.engine.set_gradient_accumulation_boundary(boundary)
+        probe = samples[indices[0]] if indices else samples[0]
+        lp = self._logprobs(self.model, [probe], with_entropy=False).logprobs
+        self._backward(lp.sum() * 0.0)
 
     @staticmethod
     def _sum_totals(totals: _StepTotals) -> _StepTotals:
@@ -508,6 +545,8 @@ class GRPOTrainer:
                         old: dict[int, torch.Tensor]) -> dict[str, float]:
         start = time.perf_counter()
         lr = self.optimizer.param_groups[0]["lr"]
+        if self.engine is not None:
+            return self._zero_optimizer_step(samples, indices, old, start, lr)
         self.optimizer.zero_grad(set_to_none=True)
         metrics = self.accumulate_gradients(samples, indices, old)
         if self.world_size > 1:
@@ -525,6 +564,27 @@ class GRPOTrainer:
         self.scheduler.step()  # the schedule follows steps taken or skipped, so a resume lands on the same lr
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
+        return self._step_metrics(metrics, start, lr, grad_norm, clipped, skipped)
+
+    def _zero_optimizer_step(self, samples: list[TrainingSample], indices: list[int],
+                             old: dict[int, torch.Tensor], start: float, lr: float) -> dict[str, float]:
+        """The ZeRO-3 step: DeepSpeed clips the summed gradient partitions and steps (or skips a non-finite norm)."""
+        metrics = self.accumulate_gradients(samples, indices, old)
+        if self.passes:
+            self.engine.step()
+            grad_norm = float(self.engine.get_global_grad_norm() or 0.0)
+        else:  # no process had a sample to train: no gradient, no step (as AdamW skips params without .grad)
+            grad_norm = 0.0
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            log.warning("non-finite gradient norm (%s): optimiser step %d skipped", grad_norm, self.optimizer_steps)
+        self.scheduler.step()
+        self.optimizer_steps += 1
+        return self._step_metrics(metrics, start, lr, grad_norm, zero.clipped_norm(grad_norm, self.config.max_grad_norm),
+                                  skipped)
+
+    def _step_metrics(self, metrics: dict[str, float], start: float, lr: float, grad_norm: float, clipped: float,
+                      skipped: bool) -> dict[str, float]:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - start
@@ -549,6 +609,8 @@ class GRPOTrainer:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         directory = Path(directory)
         final = directory / f"step_{step:06d}"
+        if self.engine is not None:
+            return self._save_zero_checkpoint(directory, final, step, extra)
         if self.rank != 0:  # the weights are the same on every process: the first one writes them
             barrier()
             return final
@@ -556,26 +618,58 @@ class GRPOTrainer:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory))
         try:
             self.model.save_pretrained(str(tmp / "model"))
-            if self.tokenizer is not None:
-                self.tokenizer.save_pretrained(str(tmp / "model"))
-            torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-                       tmp / "optimizer.pt")
-            torch.save({"rng": rng_state(), "extra": extra or {}}, tmp / "state.pt")
-            state = {"format": CHECKPOINT_FORMAT, "step": step, "optimizer_steps": self.optimizer_steps,
-                     "lora": self.config.lora, "config": self.config.to_dict(), "saved_at": time.time()}
-            # The state file goes last: list_checkpoints only counts directories that have it.
-            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
-            if final.exists():  # the same step saved again (e.g. a re-run): replace it
-                stale = directory / f".{final.name}.old-{os.getpid()}"
-                os.rename(final, stale)
-                shutil.rmtree(stale, ignore_errors=True)
-            os.rename(tmp, final)
+            self._finish_checkpoint(tmp, final, step, extra, optimizer=self.optimizer.state_dict())
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        for _, old in list_checkpoints(directory)[:-self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
         barrier()  # the others wait for a complete checkpoint before anyone reads it
+        return final
+
+    def _finish_checkpoint(self, tmp: Path, final: Path, step: int, extra: dict[str, Any] | None, *,
+                           optimizer: dict[str, Any] | None) -> None:
+        """Rank 0: write the tokenizer, scheduler/optimiser, RNG and state files into ``tmp``, rename it to
+        ``final``, drop old checkpoints. ``optimizer`` None: its state is in DeepSpeed's files."""
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(str(tmp / "model"))
+        torch.save({"optimizer": optimizer, "scheduler": self.scheduler.state_dict()}, tmp / "optimizer.pt")
+        torch.save({"rng": rng_state(), "extra": extra or {}}, tmp / "state.pt")
+        state = {"format": CHECKPOINT_FORMAT, "step": step, "optimizer_steps": self.optimizer_steps,
+                 "lora": self.config.lora, "zero_stage": self.zero_stage, "world_size": self.world_size,
+                 "config": self.config.to_dict(), "saved_at": time.time()}
+        # The state file goes last: list_checkpoints only counts directories that have it.
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1) + "\n", encoding="utf-8")
+        if final.exists():  # the same step saved again (e.g. a re-run): replace it
+            stale = final.parent / f".{final.name}.old-{os.getpid()}"
+            os.rename(final, stale)
+            shutil.rmtree(stale, ignore_errors=True)
+        os.rename(tmp, final)
+        for _, old in list_checkpoints(final.parent)[:-self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _save_zero_checkpoint(self, directory: Path, final: Path, step: int, extra: dict[str, Any] | None) -> Path:
+        """Every process writes its partitions (DeepSpeed's files, under ``deepspeed/``); rank 0 gathers the
+        full weights into ``model/`` and writes the rest. All processes must call it."""
+        # One temp path every process knows without a message: named after the step, cleared by rank 0 first.
+        tmp = directory / f".{final.name}.zero.tmp"
+        if self.rank == 0:
+            directory.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        barrier()
+        failed = None
+        try:
+            self.engine.save_checkpoint(str(tmp / "deepspeed"), tag=zero.CHECKPOINT_TAG, save_latest=False)
+            weights = self.engine._zero3_consolidated_16bit_state_dict()  # collective; the full dict on rank 0
+            if self.rank == 0:
+                self.model.save_pretrained(str(tmp / "model"), state_dict=weights)
+                self._finish_checkpoint(tmp, final, step, extra, optimizer=None)
+        except BaseException as exc:  # noqa: BLE001  (re-raised below, after the others are released)
+            failed = exc
+        barrier()
+        if failed is not None:
+            if self.rank == 0:
+                shutil.rmtree(tmp, ignore_errors=True)
+            raise failed
         return final
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
@@ -588,9 +682,25 @@ class GRPOTrainer:
         if bool(state["lora"]) != self.config.lora:
             raise ValueError(f"{path}: a {'LoRA' if state['lora'] else 'full fine-tuning'} checkpoint cannot resume "
                              f"a {'LoRA' if self.config.lora else 'full fine-tuning'} trainer; match train.lora")
-        self._load_weights(path / "model")
+        saved_stage = int(state.get("zero_stage", 0))
+        if saved_stage != self.zero_stage:
+            raise ValueError(f"{path}: saved with ZeRO stage {saved_stage}, this trainer runs stage {self.zero_stage}; "
+                             "resume with the same train.zero_stage (its model/ folder holds the full weights "
+                             "for a fresh start)")
+        if self.engine is not None:
+            saved_world = int(state.get("world_size", 1))
+            if saved_world != self.world_size:
+                raise ValueError(f"{path}: ZeRO-3 partitions of {saved_world} processes cannot resume on "
+                                 f"{self.world_size}; launch as many processes as the run that saved it")
+            loaded, _ = self.engine.load_checkpoint(str(path / "deepspeed"), tag=zero.CHECKPOINT_TAG,
+                                                    load_optimizer_states=True, load_lr_scheduler_states=False)
+            if loaded is None:
+                raise ValueError(f"{path}: DeepSpeed found no checkpoint under deepspeed/{zero.CHECKPOINT_TAG}")
+        else:
+            self._load_weights(path / "model")
         opt = torch.load(path / "optimizer.pt", map_location=self.device, weights_only=True)
-        self.optimizer.load_state_dict(opt["optimizer"])
+        if self.engine is None:
+            self.optimizer.load_state_dict(opt["optimizer"])
         self.scheduler.load_state_dict(opt["scheduler"])
         # Our own file (RNG states are python/numpy objects, which weights_only refuses).
         rest = torch.load(path / "state.pt", map_location="cpu", weights_only=False)

@@ -98,8 +98,11 @@ def test_every_bundled_cuda_reference_compiles_on_the_fast_path(tmp_path):
     solutions = sorted(bundled_solutions_dir("cuda").rglob("*.py"))
     assert len(solutions) >= 60
 
+    # Sources are captured serially: _cuda_sources patches a module attribute, which threads would race on.
+    sources = {solution: _cuda_sources(solution) for solution in solutions}
+
     def build(solution: Path) -> tuple[str, int, str]:
-        lite = lite_variant(_cuda_sources(solution), SIGNATURE)
+        lite = lite_variant(sources[solution], SIGNATURE)
         cu = tmp_path / f"{solution.parent.name}_{solution.stem}.cu"
         cu.write_text("\n".join(lite["cuda_sources"]))
         cmd = ["nvcc", "-c", "-std=c++17", "-arch=sm_90", f"-I{include}", f"-I{include}/torch/csrc/api/include",

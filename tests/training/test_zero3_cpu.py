@@ -1,0 +1,181 @@
+"""DeepSpeed ZeRO-3 update on CPU: two gloo processes with partitioned weights and AdamW state train the
+weights that one replicated process trains, checkpoint them, and resume without replaying a step."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kevin.rollout.records import TrainingSample
+from kevin.training.config import TrainConfig
+from kevin.training.loss import LossConfig
+from kevin.training.zero import clipped_norm, deepspeed_config, stage_from_launcher
+from tests.tiny_lm import tiny_model, tiny_tokenizer
+
+MAX_LEN = 12
+ZERO_ADVANTAGE = (3, 5)
+"""Samples the trainer skips: of the 5 left, the two processes get 3 and 2, i.e. 2 and 1 micro-batches of 2,
+so one process must make an idle pass while the other trains its second micro-batch."""
+
+
+def _batch(seed: int) -> list[TrainingSample]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(7):
+        prompt = torch.randint(5, 40, (int(torch.randint(3, 9, (1,), generator=g)),), generator=g).tolist()
+        completion = torch.randint(5, 40, (int(torch.randint(2, MAX_LEN, (1,), generator=g)),), generator=g).tolist()
+        adv = 0.0 if i in ZERO_ADVANTAGE else float(torch.randn(1, generator=g))
+        out.append(TrainingSample(prompt, completion, None, reward=adv, advantage=adv, task_id=f"t{i % 2}",
+                                  trajectory=i, turn=0))
+    return out
+
+
+def _config(zero_stage: int) -> TrainConfig:
+    # A linear decay over the run's 4 optimiser steps: a scheduler that DeepSpeed ignored would show in the weights.
+    return TrainConfig(lr=1e-2, device="cpu", temperature=1.0, micro_batch_size=2, grad_steps=2, total_steps=2,
+                       warmup_ratio=0.0, lr_schedule="linear", max_grad_norm=0.05, zero_stage=zero_stage,
+                       loss=LossConfig(max_completion_length=MAX_LEN))
+
+
+def _trainer(zero_stage: int):
+    from kevin.training.trainer import GRPOTrainer
+
+    tok = tiny_tokenizer()
+    return GRPOTrainer(tiny_model(tok, seed=0), _config(zero_stage), tokenizer=tok)
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        out.update(load_file(str(f)))
+    return out
+
+
+def _worker(rank: int, size: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
+                      LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
+    dist.init_process_group("gloo", rank=rank, world_size=size)
+    torch.set_num_threads(1)
+    out = Path(out_dir)
+    try:
+        a = _trainer(3)
+        assert a.engine is not None
+        first = a.update(_batch(1))
+        a.save_checkpoint(out / "a", 1)
+        second = a.update(_batch(2))
+        a.save_checkpoint(out / "a_end", 2)
+        b = _trainer(3)  # a fresh run that picks up after step 1
+        next_step = b.resume(out / "a")
+        resumed = b.update(_batch(2))
+        b.save_checkpoint(out / "b_end", 2)
+        if rank == 0:
+            torch.save({"metrics": first + second, "resumed": resumed, "next_step": next_step,
+                        "passes": a.passes}, out / "rank0.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def zero_run(tmp_path_factory):
+    pytest.importorskip("deepspeed", reason="DeepSpeed is the optional extra kevin[deepspeed]")
+    import torch.multiprocessing as mp
+
+    out = tmp_path_factory.mktemp("zero3")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # A process left waiting in a collective (a missing idle pass) hangs: fail after a deadline instead.
+    ctx = mp.spawn(_worker, args=(2, port, str(out)), nprocs=2, join=False)
+    deadline = time.monotonic() + 300
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail("the ZeRO-3 processes did not finish in 300 s (a collective left waiting?)")
+    return out
+
+
+def test_zero3_on_two_processes_trains_the_single_process_weights(zero_run):
+    torch.set_num_threads(1)
+    single = _trainer(0)
+    assert single.engine is None
+    metrics = single.update(_batch(1)) + single.update(_batch(2))
+    expected = {n: p.detach() for n, p in single.model.named_parameters()}
+    got = _weights(zero_run / "a_end" / "step_000002" / "model")
+    assert set(expected) <= set(got) | {"lm_head.weight"}
+    moved = 0
+    for name, value in expected.items():
+        if name not in got:  # a tied head is saved once, under the embedding's name
+            continue
+        assert torch.allclose(got[name], value, atol=2e-6, rtol=1e-5), (name, (got[name] - value).abs().max())
+        moved += int(not torch.allclose(value, tiny_model(tiny_tokenizer(), seed=0).state_dict()[name]))
+    assert moved > len(expected) // 2  # the comparison is of trained weights, not of the initial ones
+    saved = torch.load(zero_run / "rank0.pt")
+    for mine, theirs in zip(saved["metrics"], metrics, strict=True):
+        for key in ("loss", "pg_loss", "grad_norm", "grad_norm_clipped", "lr", "entropy", "trained_sequences"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
+    assert saved["metrics"][0]["grad_norm"] > 0.05  # clipping was active, and DeepSpeed did it the same way
+    assert saved["passes"] == 2  # the process with one micro-batch made an idle second pass
+
+
+def test_zero3_resume_replays_no_step_and_lands_on_the_same_weights(zero_run):
+    saved = torch.load(zero_run / "rank0.pt")
+    assert saved["next_step"] == 2
+    straight = _weights(zero_run / "a_end" / "step_000002" / "model")
+    resumed = _weights(zero_run / "b_end" / "step_000002" / "model")
+    for name, value in straight.items():
+        assert torch.equal(resumed[name], value), name
+    for mine, theirs in zip(saved["resumed"], saved["metrics"][2:], strict=True):
+        assert mine["loss"] == theirs["loss"] and mine["lr"] == theirs["lr"]
+
+
+def test_zero3_checkpoint_is_a_plain_model_and_refused_by_a_replicated_trainer(zero_run):
+    from transformers import AutoModelForCausalLM
+
+    path = zero_run / "a" / "step_000001"
+    model = AutoModelForCausalLM.from_pretrained(str(path / "model"))
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert (path / "deepspeed").is_dir()
+    with pytest.raises(ValueError, match="saved with ZeRO stage 3"):
+        _trainer(0).load_checkpoint(path)
+
+
+def test_zero_stage_comes_from_the_accelerate_launch():
+    assert stage_from_launcher({}) == 0
+    assert stage_from_launcher({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}) == 3
+    assert stage_from_launcher({"ACCELERATE_USE_DEEPSPEED": "false", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}) == 0
+    with pytest.raises(ValueError, match="stage 2"):
+        stage_from_launcher({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"})
+
+
+def test_deepspeed_config_follows_the_train_config_and_the_launcher():
+    cfg = deepspeed_config(max_grad_norm=0.05, environ={"ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE": "cpu",
+                                                        "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE": "none"})
+    assert cfg["gradient_clipping"] == 0.05 and cfg["zero_optimization"]["stage"] == 3
+    assert cfg["zero_optimization"]["offload_optimizer"] == {"device": "cpu"}
+    assert "offload_param" not in cfg["zero_optimization"]
+    assert cfg["bf16"]["enabled"] is False  # float32 masters; the trainer's autocast does bf16 compute
+    assert cfg["gradient_accumulation_steps"] == 1
+
+
+def test_clipped_norm_matches_torch_clipping():
+    assert clipped_norm(0.02, 0.05) == 0.02
+    assert clipped_norm(2.0, 0.05) == pytest.approx(2.0 * 0.05 / (2.0 + 1e-6))
+    assert clipped_norm(float("nan"), 0.05) == 0.0 and clipped_norm(float("inf"), 0.05) == 0.0
+
+
+def test_zero3_settings_are_validated():
+    with pytest.raises(ValueError, match="zero_stage must be 0, 3"):
+        TrainConfig(zero_stage=2)
+    with pytest.raises(ValueError, match="lora with train.zero_stage 3"):
+        TrainConfig(lora=True, zero_stage=3)
+    assert TrainConfig().zero_stage is None
