@@ -14,7 +14,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
 | sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (cuda until validated), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
-| seccomp | not done | | |
+| seccomp deny-list (`apply_seccomp`) | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm; 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning; off on cuda until validated on the GPU machine (`sandbox.seccomp=on` turns it on) |
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ class SandboxConfig:
     """`on`: Landlock file-system allow-list; `auto`: on for the cpu backend, off (with a warning) on cuda
     until it has been validated on the GPU machine; `off`: no file-system isolation."""
 
+    seccomp: str = "auto"
+    """`on`: the seccomp deny-list; `auto`: on for the cpu backend, off (with a warning) on cuda until it has
+    been validated on the GPU machine; `off`: no filter."""
+
     cgroup: str = "auto"
     """`auto`/`on`: a pids/memory cgroup per candidate where the cgroup tree is writable; `off`: none."""
 
@@ -75,7 +79,7 @@ class SandboxConfig:
     """More read-only paths for Landlock (e.g. a CUDA toolkit outside /usr and /opt)."""
 
     def __post_init__(self) -> None:
-        for name in ("network", "filesystem", "cgroup"):
+        for name in ("network", "filesystem", "seccomp", "cgroup"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"sandbox.{name} must be auto, on or off, got {getattr(self, name)!r}")
         if self.max_processes < 16:
@@ -162,6 +166,74 @@ def _add_path_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, note
         os.close(fd)
 
 
+# ----------------------------------------------------------------------------------------- seccomp
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_DENIED_SYSCALLS = {
+    # name: (x86-64, aarch64). Verified against asm/unistd_64.h and asm-generic/unistd.h.
+    "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271), "pidfd_getfd": (438, 438),
+    "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41), "open_tree": (428, 428),
+    "move_mount": (429, 429), "fsopen": (430, 430), "fsconfig": (431, 431), "fsmount": (432, 432),
+    "fspick": (433, 433), "mount_setattr": (442, 442), "unshare": (272, 97), "setns": (308, 268),
+    "init_module": (175, 105), "finit_module": (313, 273), "delete_module": (176, 106), "kexec_load": (246, 104),
+    "kexec_file_load": (320, 294), "reboot": (169, 142), "swapon": (167, 224), "swapoff": (168, 225),
+    "bpf": (321, 280), "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
+    "userfaultfd": (323, 282), "open_by_handle_at": (304, 265), "acct": (163, 89), "quotactl": (179, 60),
+    "settimeofday": (164, 170), "clock_settime": (227, 112), "clock_adjtime": (305, 266), "adjtimex": (159, 171),
+    "sethostname": (170, 161), "setdomainname": (171, 162), "iopl": (172, None), "ioperm": (173, None),
+}
+_SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+_X32_BIT = 0x40000000
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_EPERM = 1
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF filter as (code, jt, jf, k): EPERM for the deny-list, for other architectures' system
+    calls and (x86-64) for x32 numbers; everything else allowed. Pure, so it can be checked by hand."""
+    column = {"x86_64": 0, "aarch64": 1}[machine]
+    numbers = sorted({nr[column] for nr in _DENIED_SYSCALLS.values() if nr[column] is not None})
+    checks: list[tuple[int, int]] = [(_BPF_JEQ_K, n) for n in numbers]
+    if machine == "x86_64":
+        checks.insert(0, (_BPF_JGE_K, _X32_BIT))
+    # Layout: [ld arch, jeq arch, ld nr, checks..., ret allow, ret deny]; jumps are relative to the next one.
+    n = 3 + len(checks) + 2
+    deny = n - 1
+    prog = [(_BPF_LD_W_ABS, 0, 0, 4), (_BPF_JEQ_K, 0, deny - 2, _AUDIT_ARCH[machine]), (_BPF_LD_W_ABS, 0, 0, 0)]
+    for i, (code, k) in enumerate(checks, start=3):
+        prog.append((code, deny - (i + 1), 0, k))
+    prog += [(_BPF_RET_K, 0, 0, _RET_ALLOW), (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)]
+    return prog
+
+
+def apply_seccomp() -> str:
+    """Install the deny-list filter on every thread of this process (and its future children) for good;
+    returns "" or why it could not."""
+    machine = os.uname().machine
+    if not sys.platform.startswith("linux") or machine not in _AUDIT_ARCH:
+        return f"no seccomp filter for {sys.platform}/{machine}"
+    prog = seccomp_program(machine)
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    libc = _libc()
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
+    set_mode_filter, flag_tsync = 1, 1  # TSYNC: threads started before the filter get it too
+    rc = libc.syscall(_SYS_SECCOMP[machine], ctypes.c_uint(set_mode_filter), ctypes.c_uint(flag_tsync), ctypes.byref(fprog))
+    if rc != 0:
+        return f"seccomp filter not installed: {os.strerror(ctypes.get_errno())}"
+    return ""
+
+
 # ------------------------------------------------------------------------------------ spec (parent)
 
 
@@ -195,6 +267,7 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, cache_dir: str, me
               cpu_seconds: int, nice: int, cgroups: list[str]) -> dict[str, Any]:
     """Everything the harness needs to isolate itself, as JSON-ready data."""
     filesystem = cfg.filesystem == "on" or (cfg.filesystem == "auto" and backend == "cpu")
+    seccomp = cfg.seccomp == "on" or (cfg.seccomp == "auto" and backend == "cpu")
     repo = str(Path(__file__).resolve().parents[2])
     return {
         "nice": nice,
@@ -209,6 +282,9 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, cache_dir: str, me
         "filesystem": filesystem,
         "filesystem_note": "" if filesystem or cfg.filesystem == "off" else
         "file-system isolation (Landlock) is off on cuda until validated on the GPU machine; set sandbox.filesystem=on",
+        "seccomp": seccomp,
+        "seccomp_note": "" if seccomp or cfg.seccomp == "off" else
+        "the seccomp deny-list is off on cuda until validated on the GPU machine; set sandbox.seccomp=on",
         "read_paths": read_only_paths(cfg.extra_read_paths),
         "list_paths": [repo],  # the import system lists the repo root to find `kevin`; its files stay unreadable
         "write_paths": [workdir, cache_dir],
@@ -257,6 +333,13 @@ def apply_spec(spec: dict[str, Any]) -> list[str]:
             warnings.append("Landlock unavailable: no file-system isolation" + ("; no network isolation" if deny_tcp else ""))
         elif deny_tcp and abi < 4:
             warnings.append("Landlock ABI < 4: no network isolation")
+    # Last: the filter denies unshare, which the network layer above needed.
+    if spec.get("seccomp_note"):
+        warnings.append(spec["seccomp_note"])
+    if spec.get("seccomp"):
+        note = apply_seccomp()
+        if note:
+            warnings.append(note)
     return warnings
 
 

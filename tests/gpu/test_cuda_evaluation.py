@@ -42,12 +42,13 @@ HACKS = {
 
 
 def _config(**over) -> EvalConfig:
-    """The cuda config of these tests: defaults, except Landlock's file-system allow-list is on, so the
-    suite doubles as its validation on the GPU (`sandbox.filesystem: auto` keeps it off on cuda until
-    then); KEVIN_TEST_FILESYSTEM=auto runs them as users get them today."""
+    """The cuda config of these tests: defaults, except Landlock's file-system allow-list and the seccomp
+    deny-list are on, so the suite doubles as their validation on the GPU (`auto` keeps both off on cuda
+    until then); KEVIN_TEST_FILESYSTEM=auto runs them as users get them today."""
     cache = os.environ.get("KEVIN_CACHE_DIR", "")
     workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
-    over.setdefault("sandbox", SandboxConfig(filesystem=os.environ.get("KEVIN_TEST_FILESYSTEM", "on")))
+    layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")
+    over.setdefault("sandbox", SandboxConfig(filesystem=layers, seccomp=layers))
     return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
 
 

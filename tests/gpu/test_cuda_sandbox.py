@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 @pytest.fixture(scope="module")
 def cuda_batch(tmp_path_factory, relu_task):
     config: EvalConfig = _config(timing_trials=20, warmup_trials=2, timeout_s=20, memory_limit_mb=16384, rules=RELAXED,
-                                 sandbox=SandboxConfig(filesystem="on"))  # always on here, whatever the suite uses
+                                 sandbox=SandboxConfig(filesystem="on", seccomp="on"))  # always on here
     return run_hostile_batch(tmp_path_factory.mktemp("hostile_cuda"), relu_task, Evaluator(config), cuda_solution, RELU_CUDA)
 
 
