@@ -179,3 +179,31 @@ def test_zero3_settings_are_validated():
     with pytest.raises(ValueError, match="lora with train.zero_stage 3"):
         TrainConfig(lora=True, zero_stage=3)
     assert TrainConfig().zero_stage is None
+
+
+def test_accelerate_launch_with_the_repo_config_runs_zero3(tmp_path):
+    """The documented launch: accelerate's DeepSpeed launcher with configs/accelerate_zero3.yaml (only the
+    process count and, on a CPU machine, the mixed-precision setting overridden)."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed is the optional extra kevin[deepspeed]")
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    assert accelerate, "accelerate's launcher is part of the dev extra"
+    out = tmp_path / "launch.json"
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([accelerate, "launch", "--config_file", str(repo / "configs" / "accelerate_zero3.yaml"),
+                           "--num_processes", "2", "--mixed_precision", "no",
+                           str(repo / "tests" / "training" / "zero3_launch_probe.py"), str(out)],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(out.read_text())
+    assert seen["world_size"] == 2 and seen["zero_stage"] == 3 and seen["engine"]
+    torch.set_num_threads(1)
+    single = _trainer(0).update(_batch(1))
+    for mine, theirs in zip(seen["metrics"], single, strict=True):
+        for key in ("loss", "grad_norm", "lr"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
