@@ -1,6 +1,7 @@
 """Our compile path (precompiled torch header, content-hashed build directories) against the stock one
-(``use_pch=False``): same verdicts on bundled cpu solutions and the same error lines shown to the
-policy for sources that do not compile (issue: evaluation at speed)."""
+(``use_pch=False``): same verdicts on every bundled cpu solution and the same error lines shown to the
+policy for every source that does not compile (issue: evaluation at speed). About 15 minutes on 2 cores:
+the stock path builds each of the 60 solutions without the precompiled header."""
 
 from __future__ import annotations
 
@@ -30,14 +31,14 @@ def _policy_view(error: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory, relu_task):
-    tasks = [t for t in load_bundled_suite() if t.name in ("01_relu", "11_softmax", "01_linear_relu_add_bias")]
-    items = reference_candidates(tasks, "cpu")
+    items = reference_candidates(load_bundled_suite(), "cpu")
     items += [(relu_task, Candidate(relu_task.task_id, cpp_solution(body, name=f"t_broken_{k}"), candidate_id=k))
               for k, body in BROKEN.items()]
     out = {}
     for pch in (True, False):
         cache = tmp_path_factory.mktemp(f"pch{int(pch)}")
-        config = EvalConfig(backend="cpu", use_pch=pch, timing_trials=5, warmup_trials=1, cache_dir=str(cache))
+        config = EvalConfig(backend="cpu", use_pch=pch, correctness_trials=5, timing_trials=5, warmup_trials=1,
+                            cache_dir=str(cache))
         out[pch] = {r.candidate_id: r for r in Evaluator(config).evaluate_many(items)}
     return out
 
@@ -48,7 +49,7 @@ def test_same_verdicts_with_and_without_the_fast_path(verdicts):
     for key in fast:
         assert fast[key].status is stock[key].status, key
         assert fast[key].correct == stock[key].correct
-    assert sum(r.status is Status.CORRECT for r in fast.values()) == 3
+    assert sum(r.status is Status.CORRECT for r in fast.values()) == len(fast) - len(BROKEN) >= 60
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))
