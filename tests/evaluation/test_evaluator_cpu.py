@@ -242,3 +242,29 @@ def test_a_waiting_job_killed_by_someone_else_is_run_again_and_ignores_a_forged_
     forged.proc.stdin.flush()
     assert forged.proc.wait(timeout=60) == 3
     forged.cancel()
+
+
+def test_one_run_worker_per_device_shares_the_batch(evaluator, relu_task, monkeypatch):
+    """The multi-GPU path on CPU: two devices (both the CPU here) get a run worker each; the batch is
+    spread over them and the results still come back complete, right and in input order."""
+    import threading
+
+    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    good = cpp_solution(RELU_BODY, name="t_ok")
+    wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
+    sources = [good, crash, wrong, good, good, crash]
+    items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"d{i}")) for i, s in enumerate(sources)]
+    threads: set[int] = set()
+    real_run_phase = evaluator._run_phase
+
+    def recording(*args, **kwargs):
+        threads.add(threading.get_ident())
+        return real_run_phase(*args, **kwargs)
+
+    monkeypatch.setattr(evaluator, "_devices", lambda: ["cpu", "cpu"])
+    monkeypatch.setattr(evaluator, "_run_phase", recording)
+    results = evaluator.evaluate_many(items)
+    assert [r.candidate_id for r in results] == [f"d{i}" for i in range(6)]
+    assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT,
+                                           Status.CORRECT, Status.RUNTIME_ERROR]
+    assert len(threads) == 2  # both run workers judged candidates
