@@ -34,8 +34,8 @@ def main() -> None:
     task = [t for t in load_bundled_suite((1,)) if t.name == args.task][0]
     source = (bundled_solutions_dir(args.backend) / "level1" / f"{task.name}.py").read_text()
     cache = tempfile.mkdtemp(prefix="kevin-sbx-")
-    modes = {"on": SandboxConfig(network="on", filesystem="on", cgroup="on"),
-             "off": SandboxConfig(network="off", filesystem="off", cgroup="off")}
+    modes = {"on": SandboxConfig(network="on", filesystem="on", seccomp="on", cgroup="on"),
+             "off": SandboxConfig(network="off", filesystem="off", seccomp="off", cgroup="off")}
     walls: dict[str, list[float]] = {}
     for mode in ("on", "off", "on", "off"):  # interleaved, so drift affects both alike
         ev = Evaluator(EvalConfig(backend=args.backend, cache_dir=cache, sandbox=modes[mode]))
@@ -54,7 +54,7 @@ def main() -> None:
         "",
         "| sandbox | median s | all |",
         "| --- | --- | --- |",
-        f"| on (netns, Landlock, cgroup, rlimits) | {on:.2f} | {[round(w, 2) for w in walls['on']]} |",
+        f"| on (netns, Landlock, seccomp, cgroup, rlimits) | {on:.2f} | {[round(w, 2) for w in walls['on']]} |",
         f"| off | {off:.2f} | {[round(w, 2) for w in walls['off']]} |",
         f"| ratio on/off | {on / off:.3f} | |",
         "",
