@@ -454,7 +454,7 @@ class GRPOTrainer:
             totals.entropy += float(cur.entropy.sum())
             totals.add_weighted(metrics, tokens)
         for k in range(len(chunks), passes):
-            self._idle_pass(samples, indices, boundary=k == passes - 1)
+            self._idle_pass(samples[0], boundary=k == passes - 1)
         self.passes = passes
         if self.world_size > 1:
             totals = self._sum_totals(totals)
@@ -476,11 +476,10 @@ class GRPOTrainer:
         else:
             loss.backward()
 
-    def _idle_pass(self, samples: Sequence[TrainingSample], indices: Sequence[int], *, boundary: bool) -> None:
+    def _idle_pass(self, probe: TrainingSample, *, boundary: bool) -> None:
         """A forward/backward that adds nothing to the gradient, for a ZeRO-3 process that has run out of
         micro-batches before the others: their passes gather parameters from it too."""
         self.engine.set_gradient_accumulation_boundary(boundary)
-        probe = samples[indices[0]] if indices else samples[0]
         lp = self._logprobs(self.model, [probe], with_entropy=False).logprobs
         self._backward(lp.sum() * 0.0)
 

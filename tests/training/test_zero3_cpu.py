@@ -14,6 +14,7 @@ import torch
 from kevin.rollout.records import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
+from kevin.training.trainer import _load_safetensors_dir as _weights
 from kevin.training.zero import clipped_norm, deepspeed_config, stage_from_launcher
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
@@ -47,15 +48,6 @@ def _trainer(zero_stage: int):
 
     tok = tiny_tokenizer()
     return GRPOTrainer(tiny_model(tok, seed=0), _config(zero_stage), tokenizer=tok)
-
-
-def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    out: dict[str, torch.Tensor] = {}
-    for f in sorted(model_dir.glob("*.safetensors")):
-        out.update(load_file(str(f)))
-    return out
 
 
 def _worker(rank: int, size: int, port: int, out_dir: str) -> None:
