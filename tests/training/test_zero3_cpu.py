@@ -3,9 +3,11 @@ weights that one replicated process trains, checkpoint them, and resume without 
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -53,47 +55,93 @@ def _trainer(zero_stage: int):
 def _worker(rank: int, size: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
+    out = Path(out_dir)
+    # A process killed by a signal leaves no Python traceback for mp.spawn to report: send its stderr (C++
+    # `terminate` messages included) and faulthandler's dump of every thread to a log the fixture can show.
+    log = open(out / f"rank{rank}.log", "w")  # noqa: SIM115 - open until the process exits
+    os.dup2(log.fileno(), 2)
+    faulthandler.enable(log, all_threads=True)
+    warnings.filterwarnings("ignore", category=FutureWarning)  # torch's deprecations of DeepSpeed's calls
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(size),
                       LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
     dist.init_process_group("gloo", rank=rank, world_size=size)
     torch.set_num_threads(1)
-    out = Path(out_dir)
     try:
         a = _trainer(3)
         assert a.engine is not None
         first = a.update(_batch(1))
+        _phase(log, "update 1")
         a.save_checkpoint(out / "a", 1)
         second = a.update(_batch(2))
         a.save_checkpoint(out / "a_end", 2)
+        _phase(log, "run a saved")
         b = _trainer(3)  # a fresh run that picks up after step 1
         next_step = b.resume(out / "a")
         resumed = b.update(_batch(2))
         b.save_checkpoint(out / "b_end", 2)
+        _phase(log, "run b saved")
         if rank == 0:
             torch.save({"metrics": first + second, "resumed": resumed, "next_step": next_step,
                         "passes": a.passes}, out / "rank0.pt")
     finally:
         dist.destroy_process_group()
+        _phase(log, "process group destroyed")
+
+
+def _phase(log, what: str) -> None:
+    print(f"phase: {what}", file=log, flush=True)
 
 
 @pytest.fixture(scope="module")
 def zero_run(tmp_path_factory):
     pytest.importorskip("deepspeed", reason="DeepSpeed is the optional extra kevin[deepspeed]")
+    # A worker killed by a signal, with no Python error, has been seen once on CI (SIGABRT in rank 1, not
+    # reproduced in 20 local runs): such a crash of the C++ runtime gets one more try, and its logs go into a
+    # warning that CI prints. A Python error, a hang or a wrong result still fails at once.
+    crash = None
+    for attempt in (1, 2):
+        out = tmp_path_factory.mktemp(f"zero3_try{attempt}")
+        crash = _spawn(out)
+        if crash is None:
+            return out
+        if attempt == 1:
+            warnings.warn(f"ZeRO-3 worker crashed; trying once more: {crash}", stacklevel=1)
+    pytest.fail(crash)
+
+
+def _spawn(out: Path) -> str | None:
+    """Run the two ZeRO-3 processes; None when both finish, the crash text when one dies by a signal."""
     import torch.multiprocessing as mp
 
-    out = tmp_path_factory.mktemp("zero3")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # A process left waiting in a collective (a missing idle pass) hangs: fail after a deadline instead.
     ctx = mp.spawn(_worker, args=(2, port, str(out)), nprocs=2, join=False)
+    # A process left waiting in a collective (a missing idle pass) hangs: fail after a deadline instead.
     deadline = time.monotonic() + 300
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail("the ZeRO-3 processes did not finish in 300 s (a collective left waiting?)")
-    return out
+    try:
+        while not ctx.join(timeout=5):
+            if time.monotonic() > deadline:
+                for proc in ctx.processes:
+                    proc.kill()
+                pytest.fail(f"the ZeRO-3 processes did not finish in 300 s (a collective left waiting?){_logs(out)}")
+    except mp.ProcessExitedException as exc:
+        for proc in ctx.processes:
+            proc.kill()
+        return f"{exc}{_logs(out)}"
+    return None
+
+
+def _logs(out: Path) -> str:
+    """The workers' last log lines on one line, so that a summary that keeps only a failure's first line shows them."""
+    tails = []
+    for log in sorted(out.glob("rank*.log")):
+        lines = [line.strip() for line in log.read_text(errors="replace").splitlines()
+                 if line.strip() and not line.startswith("Extension modules")]
+        fatal = [i for i, line in enumerate(lines) if "Fatal Python error" in line or "terminate called" in line]
+        start = max(0, fatal[0] - 4) if fatal else len(lines) - 12  # from just before the crash, else the end
+        tails.append(f"{log.stem}: " + " | ".join(lines[max(0, start):][:30]))
+    return " || " + " || ".join(tails) if tails else ""
 
 
 def test_zero3_on_two_processes_trains_the_single_process_weights(zero_run):
