@@ -160,11 +160,19 @@ class HFPolicy:
     dtype are the caller's: the trainer moves it). ``autocast_dtype`` runs generation under
     ``torch.autocast`` (default: bfloat16 on CUDA when the weights are float32, e.g. the trainer's fp32
     master weights; nothing on CPU).
+
+    ``synced``: every process of the group makes the same forward passes, as a model whose weights DeepSpeed
+    ZeRO-3 partitions needs (each pass gathers them from every process). A process whose prompts are done
+    feeds padding until the others are done too, and one with fewer batches (or no prompts) runs idle ones;
+    neither draws from the sampler, so each prompt's sample is what an unsynced policy would draw. None
+    (default) turns it on when the model's parameters are ZeRO-3 partitions and a group of 2+ processes
+    exists; every process must then call the policy equally often.
     """
 
     def __init__(self, model: Any, tokenizer: Any, config: SamplingConfig | None = None, *,
-                 autocast_dtype: torch.dtype | None = None):
+                 autocast_dtype: torch.dtype | None = None, synced: bool | None = None):
         self.model = model
+        self.synced = synced
         self.tokenizer = tokenizer
         self.config = config or SamplingConfig()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -236,9 +244,18 @@ class HFPolicy:
     def generate(self, prompts: Sequence[str]) -> list[GenerationOut]:
         """Sample one response per prompt text (prompts already rendered with the chat template)."""
         if not prompts:
-            return []
+            return self.generate_ids([])  # synced, this process still takes part in the others' passes
         encoded = self.tokenizer(list(prompts), add_special_tokens=self.config.add_special_tokens)["input_ids"]
         return self.generate_ids(encoded)
+
+    def _lockstep(self) -> bool:
+        """Whether this call must make the same forward passes as every other process (see ``synced``)."""
+        if self.synced is not None:
+            return self.synced
+        from kevin.training.distributed import world
+
+        # DeepSpeed marks the parameters it partitions with a ``ds_id``.
+        return world()[1] > 1 and any(hasattr(p, "ds_id") for p in self.model.parameters())
 
     def generate_ids(self, prompt_ids: Sequence[Sequence[int]]) -> list[GenerationOut]:
         """Sample one response per tokenized prompt; outputs in input order."""
@@ -247,14 +264,25 @@ class HFPolicy:
             raise ValueError(f"prompts {empty} are empty after tokenization; every prompt needs at least one token")
         # Batch prompts of similar length together (less padding); results go back to input order.
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
-        outs: list[GenerationOut | None] = [None] * len(prompt_ids)
         bs = self.config.batch_size
+        batches = [order[start:start + bs] for start in range(0, len(order), bs)]
+        synced = self._lockstep()
+        if synced:
+            from kevin.training.distributed import max_over_processes
+
+            count = max_over_processes(len(batches))
+        else:
+            count = len(batches)
+        outs: list[GenerationOut | None] = [None] * len(prompt_ids)
         was_training = self.model.training
         self.model.eval()  # no dropout; transformers also turns the KV cache off for checkpointing in train mode
         try:
-            for start in range(0, len(order), bs):
-                idx = order[start:start + bs]
-                for i, out in zip(idx, self._sample_batch([list(prompt_ids[i]) for i in idx])):
+            for k in range(count):
+                if k >= len(batches):  # idle: its passes gather the weights the other processes need
+                    self._sample_batch([[self.pad_token_id]], synced=True, idle=True)
+                    continue
+                idx = batches[k]
+                for i, out in zip(idx, self._sample_batch([list(prompt_ids[i]) for i in idx], synced=synced)):
                     outs[i] = out
         finally:
             self.model.train(was_training)
@@ -274,7 +302,10 @@ class HFPolicy:
         return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
     @torch.no_grad()
-    def _sample_batch(self, prompts: list[list[int]]) -> list[GenerationOut]:
+    def _sample_batch(self, prompts: list[list[int]], *, synced: bool = False, idle: bool = False
+                      ) -> list[GenerationOut]:
+        """One batch of responses. ``synced``: go on feeding padding until every process's batch is done;
+        ``idle``: a batch with nothing to sample (it only makes the passes)."""
         device, cfg = self.device, self.config
         n, max_new = len(prompts), cfg.max_new_tokens
         ids, mask = left_pad(prompts, self.pad_token_id, device)  # [B, P]
@@ -285,20 +316,28 @@ class HFPolicy:
         tokens = torch.full((n, max_new), self.pad_token_id, dtype=torch.long, device=device)  # [B, N]
         logps = torch.zeros((n, max_new), dtype=torch.float32, device=device)  # [B, N]
         lengths = torch.full((n,), max_new, dtype=torch.long, device=device)  # [B]: EOS included
-        finished = torch.zeros(n, dtype=torch.bool, device=device)  # [B]
+        finished = torch.full((n,), idle, dtype=torch.bool, device=device)  # [B]
         autocast = (torch.autocast(device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
                     else contextlib.nullcontext())
         cache_kw = _cache_kwarg(self.model)
         with autocast:
             out = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
             for t in range(max_new):
-                tok, lp = self._pick(out.logits[:, -1, :].float())  # [B], [B]
-                tok = torch.where(finished, torch.full_like(tok, self.pad_token_id), tok)
-                tokens[:, t], logps[:, t] = tok, lp
-                ended = ~finished & torch.isin(tok, eos)
-                lengths = torch.where(ended, torch.full_like(lengths, t + 1), lengths)
-                finished |= ended
-                if bool(finished.all()) or t + 1 == max_new:
+                if bool(finished.all()):  # only when synced: wait for the other processes without sampling
+                    tok = torch.full((n,), self.pad_token_id, dtype=torch.long, device=device)
+                else:
+                    tok, lp = self._pick(out.logits[:, -1, :].float())  # [B], [B]
+                    tok = torch.where(finished, torch.full_like(tok, self.pad_token_id), tok)
+                    tokens[:, t], logps[:, t] = tok, lp
+                    ended = ~finished & torch.isin(tok, eos)
+                    lengths = torch.where(ended, torch.full_like(lengths, t + 1), lengths)
+                    finished |= ended
+                done = bool(finished.all())
+                if synced:
+                    from kevin.training.distributed import max_over_processes
+
+                    done = max_over_processes(int(not done)) == 0
+                if done or t + 1 == max_new:
                     break
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
                 out = _forward(self.model, input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=next_pos,

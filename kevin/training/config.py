@@ -127,6 +127,12 @@ class TrainConfig(Settings):
     process). None: what the launcher asked for (3 under ``accelerate launch --config_file
     configs/accelerate_zero3.yaml``), else 0. Not with ``lora``."""
 
+    zero_options: dict[str, Any] = field(default_factory=dict)
+    """Under ZeRO-3, DeepSpeed ``zero_optimization`` settings laid over ours, e.g.
+    ``stage3_param_persistence_threshold`` (parameters this small stay whole on every process),
+    ``stage3_max_live_parameters``, ``stage3_max_reuse_distance``, ``stage3_prefetch_bucket_size``.
+    ``stage`` and the offload devices are not set here (``zero_stage``, the accelerate config)."""
+
     def __post_init__(self) -> None:
         if isinstance(self.loss, dict):
             self.loss = LossConfig.from_dict(self.loss)
@@ -172,6 +178,13 @@ class TrainConfig(Settings):
             raise ValueError(f"train.seed must be a non-negative integer, got {self.seed!r}")
         if self.zero_stage is not None and (isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 3)):
             raise ValueError(f"train.zero_stage must be 0, 3 or null (from the launcher), got {self.zero_stage!r}")
+        if not isinstance(self.zero_options, dict) or not all(isinstance(k, str) for k in self.zero_options):
+            raise ValueError(f"train.zero_options must be a mapping of DeepSpeed zero_optimization settings, "
+                             f"got {self.zero_options!r}")
+        owned = sorted(set(self.zero_options) & {"stage", "offload_optimizer", "offload_param"})
+        if owned:
+            raise ValueError(f"train.zero_options cannot set {owned}: the stage is train.zero_stage and the offload "
+                             "devices come from the accelerate config")
         if self.lora and self.zero_stage == 3:
             raise ValueError("train.lora with train.zero_stage 3 is not supported: LoRA's frozen base gains nothing "
                              "from partitioning and its adapters are small; use zero_stage 0 (replicated)")

@@ -74,6 +74,20 @@ def sum_floats(values: dict[str, float], keys: Sequence[str]) -> dict[str, float
     return dict(zip(keys, t.tolist()))
 
 
+def max_over_processes(mine: int) -> int:
+    """The largest of every process's ``mine`` (``mine`` itself without a process group): how many passes
+    each must make so that none waits in a collective the others never enter."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
+        return mine
+    value = torch.tensor([mine], dtype=torch.int64)
+    if dist.get_backend() == "nccl":
+        value = value.cuda()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
+
+
 def barrier() -> None:
     import torch.distributed as dist
 

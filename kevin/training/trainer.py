@@ -322,7 +322,8 @@ class GRPOTrainer:
         """The DeepSpeed engine under ZeRO-3 (it owns the partitioned weights and optimiser state), else None."""
         if self.zero_stage:
             self.engine = zero.initialize(self.model, self.optimizer,
-                                          zero.deepspeed_config(max_grad_norm=cfg.max_grad_norm))
+                                          zero.deepspeed_config(max_grad_norm=cfg.max_grad_norm,
+                                                                options=cfg.zero_options))
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(
             lr_factor, warmup=cfg.warmup_steps, total=cfg.total_optimizer_steps, schedule=cfg.lr_schedule))
         self.optimizer_steps = 0

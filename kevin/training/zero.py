@@ -15,11 +15,13 @@ left unset under that launch). What changes against the replicated update (``dis
 - the weights stay float32 masters (DeepSpeed's own bf16/fp16 modes are off) and the trainer's bf16
   autocast does the compute, as without ZeRO, so both paths train the same numbers;
 - a checkpoint holds DeepSpeed's partitioned model and optimiser files (resume with the same number of
-  processes) plus the consolidated weights in ``model/``, loadable by ``from_pretrained`` or a vLLM server.
+  processes) plus the consolidated weights in ``model/``, loadable by ``from_pretrained`` or a vLLM server;
+- ``HFPolicy`` generates from the partitioned model in lockstep (the same passes on every process, for the
+  same reason as the idle passes); each pass gathers the weights, so a server that loads ``model/`` is the
+  fast way to generate.
 
 What it does not do: LoRA (the frozen base would be partitioned for nothing; adapters are small enough to
-replicate) and in-process generation from the partitioned model (generate with a server that loads the
-consolidated weights, or build the policy from a checkpoint's ``model/``).
+replicate).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import os
 from typing import Any
 
 import torch
+
+from kevin.training.distributed import max_over_processes
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +54,14 @@ def stage_from_launcher(environ: dict[str, str] | None = None) -> int:
     return stage
 
 
-def deepspeed_config(*, max_grad_norm: float, environ: dict[str, str] | None = None) -> dict[str, Any]:
+def deepspeed_config(*, max_grad_norm: float, options: dict[str, Any] | None = None,
+                     environ: dict[str, str] | None = None) -> dict[str, Any]:
     """DeepSpeed's config for the trainer's ZeRO-3 engine.
 
     Micro-batch 1 and accumulation 1 are placeholders: the trainer accumulates its own micro-batches
     (with the step's totals in the loss) and marks the accumulation boundary itself. Offload devices come
-    from the accelerate config when it sets them.
+    from the accelerate config when it sets them. ``options`` (``TrainConfig.zero_options``) are laid over
+    the ``zero_optimization`` section.
     """
     env = os.environ if environ is None else environ
     clip = env.get("ACCELERATE_GRADIENT_CLIPPING")
@@ -68,6 +74,7 @@ def deepspeed_config(*, max_grad_norm: float, environ: dict[str, str] | None = N
         device = env.get(var, "none").lower()
         if device not in ("", "none"):
             zero[key] = {"device": device}
+    zero.update(options or {})
     return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "gradient_clipping": max_grad_norm, "zero_optimization": zero,
             "bf16": {"enabled": False}, "fp16": {"enabled": False}, "steps_per_print": 2**31 - 1,
@@ -95,15 +102,7 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, config:
 
 def passes_everywhere(mine: int) -> int:
     """The most forward/backward passes any process has to make this step (each makes that many)."""
-    import torch.distributed as dist
-
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return mine
-    count = torch.tensor([mine], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
-        count = count.cuda()
-    dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    return int(count.item())
+    return max_over_processes(mine)
 
 
 def clipped_norm(norm: float, max_norm: float) -> float:

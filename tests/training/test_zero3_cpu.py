@@ -26,6 +26,19 @@ ZERO_ADVANTAGE = (3, 5)
 so one process must make an idle pass while the other trains its second micro-batch."""
 
 
+GEN_PROMPTS = {0: [[[7, 8, 9], [10, 11], [12, 13, 14, 15]], [[16, 17], [18]]],
+               1: [[[19, 20]], []]}
+"""Token-id prompts of two generation calls per process: unequal batch counts (2 and 1 at batch size 2,
+then 1 and none) and responses that end at different steps, so each process must wait for the other."""
+
+
+def _sampling():
+    from kevin.policy.hf import SamplingConfig
+
+    # Four of the 53 tokens end a response: some stop within the 8 tokens, at different steps, some do not.
+    return SamplingConfig(temperature=0.9, max_new_tokens=8, batch_size=2, seed=7, stop_token_ids=list(range(20, 24)))
+
+
 def _batch(seed: int) -> list[TrainingSample]:
     g = torch.Generator().manual_seed(seed)
     out = []
@@ -38,10 +51,17 @@ def _batch(seed: int) -> list[TrainingSample]:
     return out
 
 
+ALL_GATHERED_PER_USE = {"stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0,
+                        "stage3_prefetch_bucket_size": 0}
+"""Every parameter partitioned, gathered for each use and released after it, as in a model too big to keep
+gathered: every forward pass then needs every process (a tiny model's would otherwise stay gathered)."""
+
+
 def _config(zero_stage: int) -> TrainConfig:
     # A linear decay over the run's 4 optimiser steps: a scheduler that DeepSpeed ignored would show in the weights.
     return TrainConfig(lr=1e-2, device="cpu", temperature=1.0, micro_batch_size=2, grad_steps=2, total_steps=2,
                        warmup_ratio=0.0, lr_schedule="linear", max_grad_norm=0.05, zero_stage=zero_stage,
+                       zero_options=ALL_GATHERED_PER_USE,
                        loss=LossConfig(max_completion_length=MAX_LEN))
 
 
@@ -80,6 +100,13 @@ def _worker(rank: int, size: int, port: int, out_dir: str) -> None:
         resumed = b.update(_batch(2))
         b.save_checkpoint(out / "b_end", 2)
         _phase(log, "run b saved")
+        from kevin.policy.hf import HFPolicy
+
+        policy = HFPolicy(b.model, tiny_tokenizer(), _sampling())  # generates from the partitioned weights
+        calls = [[(o.token_ids, o.logprobs, o.truncated) for o in policy.generate_ids(prompts)]
+                 for prompts in GEN_PROMPTS[rank]]
+        torch.save({"lockstep": policy._lockstep(), "calls": calls}, out / f"gen{rank}.pt")
+        _phase(log, "generated")
         if rank == 0:
             torch.save({"metrics": first + second, "resumed": resumed, "next_step": next_step,
                         "passes": a.passes}, out / "rank0.pt")
@@ -189,6 +216,30 @@ def test_zero3_checkpoint_is_a_plain_model_and_refused_by_a_replicated_trainer(z
         _trainer(0).load_checkpoint(path)
 
 
+def test_zero3_policy_samples_in_lockstep_what_one_process_samples(zero_run):
+    """Each process generated its own prompts from the partitioned weights, waiting for the other; a plain
+    policy over the saved weights draws the same tokens and log-probs for the same prompts."""
+    from transformers import AutoModelForCausalLM
+
+    from kevin.policy.hf import HFPolicy
+
+    model = AutoModelForCausalLM.from_pretrained(str(zero_run / "b_end" / "step_000002" / "model"))
+    ended_early = truncated = 0
+    for rank in (0, 1):
+        saved = torch.load(zero_run / f"gen{rank}.pt")
+        assert saved["lockstep"]  # found on its own: the parameters are ZeRO-3 partitions in a group of 2
+        policy = HFPolicy(model, tiny_tokenizer(), _sampling())
+        assert not policy._lockstep()
+        for prompts, outs in zip(GEN_PROMPTS[rank], saved["calls"], strict=True):
+            ref = policy.generate_ids(prompts)
+            assert [o.token_ids for o in ref] == [tokens for tokens, _, _ in outs]
+            for o, (_, logprobs, cut) in zip(ref, outs):
+                assert o.logprobs == pytest.approx(logprobs, abs=1e-5) and o.truncated == cut
+                ended_early += not cut
+                truncated += cut
+    assert ended_early >= 2 and truncated >= 1  # responses of different lengths: someone had to wait
+
+
 def test_zero_stage_comes_from_the_accelerate_launch():
     assert stage_from_launcher({}) == 0
     assert stage_from_launcher({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}) == 3
@@ -205,6 +256,10 @@ def test_deepspeed_config_follows_the_train_config_and_the_launcher():
     assert "offload_param" not in cfg["zero_optimization"]
     assert cfg["bf16"]["enabled"] is False  # float32 masters; the trainer's autocast does bf16 compute
     assert cfg["gradient_accumulation_steps"] == 1
+    assert "stage3_param_persistence_threshold" not in cfg["zero_optimization"]  # DeepSpeed's default
+    tuned = deepspeed_config(max_grad_norm=0.05, options={"stage3_max_live_parameters": 10}, environ={})
+    assert tuned["zero_optimization"]["stage3_max_live_parameters"] == 10
+    assert tuned["zero_optimization"]["stage"] == 3
 
 
 def test_clipped_norm_matches_torch_clipping():
@@ -219,6 +274,10 @@ def test_zero3_settings_are_validated():
     with pytest.raises(ValueError, match="lora with train.zero_stage 3"):
         TrainConfig(lora=True, zero_stage=3)
     assert TrainConfig().zero_stage is None
+    with pytest.raises(ValueError, match="cannot set \\['stage'\\]"):
+        TrainConfig(zero_options={"stage": 2})
+    with pytest.raises(ValueError, match="zero_options must be a mapping"):
+        TrainConfig(zero_options=[("stage3_max_live_parameters", 1)])
 
 
 def test_accelerate_launch_with_the_repo_config_runs_zero3(tmp_path):
