@@ -36,6 +36,7 @@ import torch
 
 from kevin.rollout.loop import GenerationOut
 from kevin.settings import Settings
+from kevin.training.distributed import max_over_processes, world
 
 __all__ = ["HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
 
@@ -252,8 +253,6 @@ class HFPolicy:
         """Whether this call must make the same forward passes as every other process (see ``synced``)."""
         if self.synced is not None:
             return self.synced
-        from kevin.training.distributed import world
-
         # DeepSpeed marks the parameters it partitions with a ``ds_id``.
         return world()[1] > 1 and any(hasattr(p, "ds_id") for p in self.model.parameters())
 
@@ -267,12 +266,7 @@ class HFPolicy:
         bs = self.config.batch_size
         batches = [order[start:start + bs] for start in range(0, len(order), bs)]
         synced = self._lockstep()
-        if synced:
-            from kevin.training.distributed import max_over_processes
-
-            count = max_over_processes(len(batches))
-        else:
-            count = len(batches)
+        count = max_over_processes(len(batches)) if synced else len(batches)
         outs: list[GenerationOut | None] = [None] * len(prompt_ids)
         was_training = self.model.training
         self.model.eval()  # no dropout; transformers also turns the KV cache off for checkpointing in train mode
@@ -322,8 +316,9 @@ class HFPolicy:
         cache_kw = _cache_kwarg(self.model)
         with autocast:
             out = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+            all_finished = idle  # read back once per token (a host sync on the GPU)
             for t in range(max_new):
-                if bool(finished.all()):  # only when synced: wait for the other processes without sampling
+                if all_finished:  # only when synced: wait for the other processes without sampling
                     tok = torch.full((n,), self.pad_token_id, dtype=torch.long, device=device)
                 else:
                     tok, lp = self._pick(out.logits[:, -1, :].float())  # [B], [B]
@@ -332,11 +327,8 @@ class HFPolicy:
                     ended = ~finished & torch.isin(tok, eos)
                     lengths = torch.where(ended, torch.full_like(lengths, t + 1), lengths)
                     finished |= ended
-                done = bool(finished.all())
-                if synced:
-                    from kevin.training.distributed import max_over_processes
-
-                    done = max_over_processes(int(not done)) == 0
+                all_finished = bool(finished.all())
+                done = max_over_processes(int(not all_finished)) == 0 if synced else all_finished
                 if done or t + 1 == max_new:
                     break
                 mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)

@@ -64,12 +64,18 @@ def sum_gradients(params: Sequence[torch.nn.Parameter]) -> None:
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
 
 
+def _collective_device() -> torch.device:
+    """Where a small tensor for a collective must live: NCCL reduces only CUDA tensors."""
+    import torch.distributed as dist
+
+    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
 def sum_floats(values: dict[str, float], keys: Sequence[str]) -> dict[str, float]:
     """``values[k]`` summed over all processes for each of ``keys`` (missing keys count as 0)."""
     import torch.distributed as dist
 
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=device)
+    t = torch.tensor([float(values.get(k, 0.0)) for k in keys], dtype=torch.float64, device=_collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return dict(zip(keys, t.tolist()))
 
@@ -81,9 +87,7 @@ def max_over_processes(mine: int) -> int:
 
     if not dist.is_available() or not dist.is_initialized() or dist.get_world_size() == 1:
         return mine
-    value = torch.tensor([mine], dtype=torch.int64)
-    if dist.get_backend() == "nccl":
-        value = value.cuda()
+    value = torch.tensor([mine], dtype=torch.int64, device=_collective_device())
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return int(value.item())
 

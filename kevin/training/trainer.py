@@ -46,7 +46,7 @@ import torch
 from kevin.rollout.records import TrainingSample
 from kevin.training import zero
 from kevin.training.config import TrainConfig
-from kevin.training.distributed import barrier, shard, sum_floats, sum_gradients, world
+from kevin.training.distributed import barrier, max_over_processes, shard, sum_floats, sum_gradients, world
 from kevin.training.loss import policy_loss
 
 log = logging.getLogger(__name__)
@@ -427,7 +427,7 @@ class GRPOTrainer:
         on_policy = all(i not in old_logprobs for i in mine)
         self.model.train()
         chunks = self._micro_batches(samples, mine)
-        passes = zero.passes_everywhere(len(chunks)) if self.engine is not None else len(chunks)
+        passes = max_over_processes(len(chunks)) if self.engine is not None else len(chunks)
         for k, chunk in enumerate(chunks):
             if self.engine is not None:
                 self.engine.set_gradient_accumulation_boundary(k == passes - 1)

@@ -9,7 +9,7 @@ GPU and tells each one, through the environment, to use ZeRO stage 3)::
 left unset under that launch). What changes against the replicated update (``distributed.py``):
 - every forward and backward gathers the parameters a layer needs from all processes, so every process
   must make the SAME number of passes: a process with fewer micro-batches than the others makes zero-loss
-  passes (``passes_everywhere``) instead of waiting in a collective that never comes;
+  passes (``distributed.max_over_processes``) instead of waiting in a collective that never comes;
 - DeepSpeed reduces the gradients into each process's partition and clips the global norm itself
   (``gradient_clipping`` = ``train.max_grad_norm``), and skips the step when that norm is not finite;
 - the weights stay float32 masters (DeepSpeed's own bf16/fp16 modes are off) and the trainer's bf16
@@ -32,8 +32,6 @@ import os
 from typing import Any
 
 import torch
-
-from kevin.training.distributed import max_over_processes
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +96,6 @@ def initialize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, config:
         deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     return engine
-
-
-def passes_everywhere(mine: int) -> int:
-    """The most forward/backward passes any process has to make this step (each makes that many)."""
-    return max_over_processes(mine)
 
 
 def clipped_norm(norm: float, max_norm: float) -> float:
