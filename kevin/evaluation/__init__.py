@@ -1,8 +1,30 @@
-"""Kernel evaluation: static rules, sandboxed compile/run, correctness, timing, batch evaluator."""
+"""Kernel evaluation: static rules, sandboxed compile/run, the judge, correctness, timing, batch evaluator.
 
-from kevin.evaluation.config import EvalConfig
-from kevin.evaluation.evaluator import Evaluator
-from kevin.evaluation.feedback import feedback_line
-from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score
+Names are imported on first use (PEP 562), so the worker processes that import
+``kevin.evaluation.harness`` or ``kevin.evaluation.judge`` do not load the evaluator itself.
+"""
 
-__all__ = ["Candidate", "EvalConfig", "EvalResult", "Evaluator", "PhaseTimes", "Status", "feedback_line", "kernel_score"]
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "EvalConfig": "kevin.evaluation.config",
+    "Evaluator": "kevin.evaluation.evaluator",
+    "feedback_line": "kevin.evaluation.feedback",
+    "Candidate": "kevin.evaluation.records",
+    "EvalResult": "kevin.evaluation.records",
+    "PhaseTimes": "kevin.evaluation.records",
+    "Status": "kevin.evaluation.records",
+    "kernel_score": "kevin.evaluation.records",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'kevin.evaluation' has no attribute {name!r}")

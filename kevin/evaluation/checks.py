@@ -1,7 +1,7 @@
-"""Run-time checks inside the harness: outputs, tampering, threads, PyTorch ops and kernels.
+"""Checks on tensors and on the harness's own process: output comparison (run by the judge), output
+types, tampering and thread counts (run inside the candidate's process, where they can only report).
 
-Each check is a small function returning a message (empty when it passes) so the harness can turn
-it into a status without exceptions crossing the candidate boundary.
+Each check is a small function returning a message or a result record, never raising.
 """
 
 from __future__ import annotations
@@ -170,39 +170,3 @@ def thread_count() -> int:
         import threading
 
         return threading.active_count()
-
-
-# ------------------------------------------------------------------------- ops and kernels (profiler)
-
-
-def aten_ops(events: Iterable[Any]) -> set[str]:
-    return {e.name for e in events if getattr(e, "name", "").startswith("aten::")}
-
-
-def forbidden_ops(ops: set[str], allowed: Iterable[str]) -> list[str]:
-    allowed_set = set(allowed)
-    return sorted(op for op in ops if op not in allowed_set)
-
-
-_HARMLESS_KERNEL_WORDS = ("fill", "copy", "memset", "memcpy", "zero")
-
-
-def classify_kernels(kernel_events: Iterable[str], own_kernels: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Split GPU kernel names seen during a forward into (own, foreign) lists.
-
-    Own: the name contains one of the candidate's ``__global__`` names. Foreign: anything else but
-    fills and copies (``torch.zeros``, ``.contiguous()``), e.g. cuBLAS GEMMs or PyTorch's elementwise
-    kernels, which mean the compute was not the candidate's.
-    """
-    import re
-
-    # The kernel's own identifier must stand as a function name ("void ns::relu_kernel<float>(...)"),
-    # so a candidate cannot claim a library GEMM by naming its unused kernel "gemm".
-    patterns = [re.compile(rf"(?:^|[\s:*&]){re.escape(k)}\s*[<(]") for k in own_kernels if k]
-    own, foreign = [], []
-    for name in kernel_events:
-        if any(p.search(name) for p in patterns):
-            own.append(name)
-        elif not any(word in name.lower() for word in _HARMLESS_KERNEL_WORDS):
-            foreign.append(name)
-    return own, foreign

@@ -71,6 +71,17 @@ class EvalConfig(Settings):
     speedup_flag_threshold: float = 10.0
     """Speedups above this are flagged for re-verification rather than trusted."""
 
+    clock_slack_ms: float = 0.0
+    """How much longer (ms) a timed call may have taken by the evaluator's clock than the candidate's process
+    reports, on top of ``clock_tolerance`` (verdict.corroborate); 0 means 0.1 ms on cuda and 0.5 ms on cpu."""
+
+    clock_tolerance: float = 0.2
+    """The same as a share of the reported call time (0.2: a call may be 20% longer than reported)."""
+
+    transport: str = "auto"
+    """How candidates hand their outputs to the judge: `file`, `ipc` (CUDA IPC, cuda only) or `auto` (IPC where
+    it works, else files)."""
+
     disable_tf32: bool = True
     """Run the reference and baseline in true fp32 (TF32 off), so honest fp32 kernels meet 1e-4."""
 
@@ -117,15 +128,21 @@ class EvalConfig(Settings):
 
     def __post_init__(self) -> None:
         if isinstance(self.sandbox, dict):
-            self.sandbox = SandboxConfig(**self.sandbox)
+            self.sandbox = SandboxConfig.from_dict(self.sandbox)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.correctness_trials < 1:
             raise ValueError("correctness_trials must be >= 1 (5 or more for reported numbers)")
         if self.timing_trials < 1 or self.warmup_trials < 0:
             raise ValueError("timing_trials must be >= 1 and warmup_trials >= 0")
-        if self.timeout_s <= 0 or self.compile_timeout_s <= 0:
-            raise ValueError("timeouts must be positive seconds")
+        import math
+
+        if not (0 < self.timeout_s < math.inf) or not (0 < self.compile_timeout_s < math.inf):
+            raise ValueError("timeouts must be positive, finite seconds")
+        if self.clock_slack_ms < 0 or not (0 <= self.clock_tolerance < 10):
+            raise ValueError("clock_slack_ms must be >= 0 and clock_tolerance in [0, 10)")
+        if self.transport not in ("auto", "file", "ipc"):
+            raise ValueError(f"transport must be auto, file or ipc, got {self.transport!r}")
         if self.prestart_runs < 0:
             raise ValueError("prestart_runs must be >= 0")
         if self.speedup_flag_threshold <= 1:
@@ -144,6 +161,10 @@ class EvalConfig(Settings):
         if self.flush_bytes:
             return self.flush_bytes
         return (256 if self.backend == "cuda" else 32) * 1024 * 1024
+
+    @property
+    def resolved_clock_slack_ms(self) -> float:
+        return self.clock_slack_ms or (0.1 if self.backend == "cuda" else 0.5)
 
     @property
     def resolved_cache_dir(self) -> Path:

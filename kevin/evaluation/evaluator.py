@@ -1,34 +1,55 @@
-"""The evaluator: static rules in this process, compile and run in sandboxed harness processes.
+"""The evaluator: static rules here, compile and run in sandboxed processes, the verdict in the judge.
 
-``Evaluator.evaluate`` judges one candidate; ``Evaluator.evaluate_many`` judges a batch with
-compilation on a CPU pool overlapped with run phases on every GPU (one run at a time per GPU, a
-fresh process per candidate, so a crashed CUDA context never reaches the next candidate).
+For one candidate:
+1. static rules on its text (this process);
+2. a compile job builds its extensions into the job's own staging folder (no candidate library is
+   loaded there); this process then reads the libraries' symbol tables and the exact sources that were
+   compiled (symbols.py, rules.py) and moves the folder into the cache under a hash it computed from the
+   solution's source. Candidates only ever read the cache;
+3. a run job imports the solution (its libraries from the cache), runs it on each trial's inputs and on
+   the timed calls, and hands its raw outputs to the judge of its device (judge.py), which compares them
+   with the reference; the timing is checked against this process's clock (verdict.py);
+4. the verdict is assembled here from what the judge established.
+
+``evaluate`` judges one candidate; ``evaluate_many`` judges a batch: compiles on a pool of CPU workers,
+run jobs on every device (one at a time per device, a fresh process each, started ahead of their turn
+on cuda), results in input order.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import platform
 import queue
+import random
+import secrets
+import shutil
 import subprocess
 import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from kevin.evaluation.builder import BUILDER_VERSION, Toolchain, ensure_headers, kernel_names, prepare_headers
 from kevin.evaluation.config import EvalConfig
-from kevin.evaluation.feedback import feedback_line
-from kevin.evaluation.harness import SETUP_FAILED_EXIT
-from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
-from kevin.evaluation.rules import load_rules, static_hits
-from kevin.evaluation.sandbox import HarnessJob, JobOutcome
+from kevin.evaluation.protocol import SETUP_FAILED_EXIT
+from kevin.evaluation.inputs import DISTRIBUTIONS
+from kevin.evaluation.isolation import protect_process
+from kevin.evaluation.judge import JudgeClient
+from kevin.evaluation.records import Candidate, EvalResult, Status, trim_error
+from kevin.evaluation.rules import cpp_rule_hits, load_rules, static_hits
+from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile
+from kevin.evaluation.sandbox import HarnessJob, child_env
+from kevin.evaluation.symbols import library_hits
+from kevin.evaluation.verdict import Failure, Overhead, RunFacts, assemble, score
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
@@ -90,35 +111,72 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 class BaselineCache:
-    """PyTorch eager timings, measured once per task x size x hardware x torch version x protocol."""
+    """PyTorch eager timings, measured once per task x size x hardware x torch version x protocol.
+
+    The file is read once, when the cache is made; after that this process's own copy is what counts
+    (a value read or measured is never read from the file again), so a file rewritten behind its back
+    changes nothing it already knows. Only this process writes the file; candidates cannot (isolation.py).
+    """
 
     def __init__(self, path: Path):
         self.path = path
+        self._known: dict[str, float] = {k: float(v["ms"]) for k, v in self._load().items()
+                                          if isinstance(v, dict) and isinstance(v.get("ms"), (int, float))}
+        self._lock = threading.Lock()
 
     def _load(self) -> dict[str, Any]:
         try:
-            return json.loads(self.path.read_text())
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             return {}
 
     def get(self, key: str) -> float | None:
-        entry = self._load().get(key)
-        return float(entry["ms"]) if entry else None
+        with self._lock:
+            return self._known.get(key)
 
     def put(self, key: str, ms: float, info: dict[str, Any]) -> None:
+        with self._lock:
+            self._known[key] = ms
         with _locked(self.path):
             data = self._load()
             data[key] = {"ms": ms, **info}
-            tmp = self.path.with_suffix(".tmp")
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
             os.replace(tmp, self.path)
+
+
+# ----------------------------------------------------------------------------------- compiled
+
+
+@dataclass
+class Compiled:
+    """A solution's compile outcome: its libraries' folder in the cache, or why there is none."""
+
+    failure: Failure | None = None
+    ext_dir: Path | None = None
+    kernels: list[str] = field(default_factory=list)
+    """``__global__`` names in the compiled CUDA sources (read here, from the staging folder)."""
+    compile_s: float = 0.0
+    compile_path: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+_REGISTRATION = "\nTORCH_LIBRARY("
+
+
+def _candidate_text(source_file: Path) -> str:
+    """A compiled source as the candidate wrote it: our registration block (main.cpp) cut off."""
+    text = source_file.read_text(errors="replace")
+    cut = text.rfind(_REGISTRATION)
+    return text[:cut] if cut >= 0 and source_file.name == "main.cpp" else text
 
 
 # ----------------------------------------------------------------------------------- evaluator
 
 
 class Evaluator:
-    """Judges candidates for tasks under one EvalConfig."""
+    """Judges candidates for tasks under one EvalConfig. Thread-safe; ``close()`` ends its judges."""
 
     def __init__(self, config: EvalConfig | None = None):
         self.config = config or EvalConfig()
@@ -127,8 +185,14 @@ class Evaluator:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.baselines = BaselineCache(self.cache_dir / "baselines.json")
         self._baseline_locks: dict[str, threading.Lock] = {}
-        self._pch_ready, self._pch_note = False, ""
         self._lock = threading.Lock()
+        self._toolchain: Toolchain | None = None
+        self._judges: dict[str, JudgeClient] = {}
+        self._judge_locks: dict[str, threading.Lock] = {}
+        self._compile_locks: dict[str, threading.Lock] = {}
+        self._compile_failures: dict[str, Compiled] = {}
+        self._overheads: dict[tuple[str, str], Overhead] = {}
+        self._protected = False
         if self.config.backend == "cuda":
             names, arch = gpu_info()
             if not names:
@@ -138,81 +202,114 @@ class Evaluator:
             self.hardware = names[0]
         else:
             self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
-        self._compile_workers = self.config.compile_workers or default_compile_workers(len(self._devices()))
+        self._compile_workers = self.config.compile_workers or default_compile_workers(len(self.devices()))
         # On cpu a run process started ahead would take cores from the one being timed.
         self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
         # Compiler jobs per compile worker, so that all workers together never oversubscribe the cores.
         self._max_jobs = max(1, (os.cpu_count() or 2) // self._compile_workers)
 
-    # -- jobs --------------------------------------------------------------------------------
+    # -- lifecycle ---------------------------------------------------------------------------------
 
-    def _devices(self) -> list[str]:
+    def close(self) -> None:
+        """End the judge processes (a later call starts them again)."""
+        with self._lock:
+            judges, self._judges = list(self._judges.values()), {}
+        for judge in judges:
+            judge.close()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def _protect(self) -> None:
+        """Before the first candidate process: this process is made non-dumpable (isolation.protect_process)."""
+        if not self._protected:
+            self._protected = True
+            if self.config.sandbox.drop_capabilities:
+                note = protect_process()
+                if note:
+                    _log.warning("%s", note)
+
+    # -- machine and toolchain ---------------------------------------------------------------------
+
+    def devices(self) -> list[str]:
         if self.config.backend == "cpu":
             return ["cpu"]
         ids = self.config.gpus or list(range(len(self.gpu_names)))
         return [f"cuda:{i}" for i in ids]
 
+    def toolchain(self) -> Toolchain:
+        """Compilers and flags, detected once; the headers are written and precompiled on first use."""
+        with self._lock:
+            if self._toolchain is None:
+                if self.arch:
+                    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", self.arch)
+                probe = Toolchain.detect(self.config.backend, "")
+                pch_dir = self.cache_dir / "headers" / probe.key
+                toolchain = Toolchain.detect(self.config.backend, str(pch_dir))
+                note = prepare_headers(toolchain) if self.config.use_pch else ""
+                if not self.config.use_pch:
+                    ensure_headers(pch_dir)
+                if note:
+                    _log.warning("%s (compiles will be slower)", note)
+                self._toolchain = toolchain
+            return self._toolchain
+
     def _env(self, gpu_visible: bool) -> dict[str, str]:
-        env = {"KEVIN_CACHE_DIR": str(self.cache_dir)}
+        env: dict[str, str] = {}
         if self.arch:
-            env["TORCH_CUDA_ARCH_LIST"] = self.arch  # compile workers see no GPU: name the target
+            env["TORCH_CUDA_ARCH_LIST"] = self.arch
         if not gpu_visible:
             env["CUDA_VISIBLE_DEVICES"] = ""
         elif os.environ.get("CUDA_VISIBLE_DEVICES"):
             env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
         return env
 
-    def _job(self, mode: str, task: Task, source: str, device: str) -> dict[str, Any]:
-        return {
-            "mode": mode,
-            "task_id": task.task_id,
-            "task_source": task.render(self.config.resolved_profile),
-            "solution_source": source,
-            "config": {**self.config.to_dict(), "cache_dir": str(self.cache_dir)},
-            "device": device,
-            "max_jobs": self._max_jobs,
-        }
-
-    def _start(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
-               timeout_s: float = 0.0, gated: bool = False) -> HarnessJob:
-        cuda = self.config.backend == "cuda"
-        if mode == "compile":
-            timeout, compile_timeout = self.config.compile_timeout_s, 0.0
-        elif mode == "references":
-            timeout, compile_timeout = timeout_s or self.config.timeout_s, 0.0
-        else:
-            # The run clock starts once the solution is imported: a cache hit after a compile phase,
-            # or a real compile in single evaluations, which gets its own budget first.
-            timeout, compile_timeout = self.config.timeout_s, self.config.compile_timeout_s
-        job_device = "cpu" if mode == "compile" else device
-        if mode in ("compile", "run"):  # timing references builds nothing: it need not wait for the header
-            self._prepare_pch()
-        return HarnessJob(
-            {**self._job(mode, task, source, job_device), **(extra or {})}, timeout_s=timeout,
-            memory_limit_mb=self.config.memory_limit_mb, env_extra=self._env(cuda and mode != "compile"),
-            compile_timeout_s=compile_timeout,
-            # Compiles yield the CPU to run phases: a GPU waiting on a starved run process is wasted.
-            nice=10 if mode == "compile" else 0,
-            sandbox=self.config.sandbox, backend=self.config.backend, cache_dir=str(self.cache_dir), gated=gated,
-        )
-
-    def _run(self, mode: str, task: Task, source: str, device: str, extra: dict[str, Any] | None = None,
-             timeout_s: float = 0.0) -> JobOutcome:
-        return self._start(mode, task, source, device, extra, timeout_s).finish()
-
-    def _prepare_pch(self) -> None:
-        """Build torch's precompiled header here, once: candidates may not write to the torch tree."""
+    def judge(self, device: str) -> JudgeClient:
+        """The judge process of ``device`` (started on first use, again if it died)."""
         with self._lock:
-            if self._pch_ready or not self.config.use_pch:
-                return
-            from kevin.evaluation.compiler import prepare_torch_pch
+            judge = self._judges.get(device)
+            if judge is None or not judge.alive():
+                if judge is not None:
+                    judge.close()
+                s = self.config.sandbox
+                seccomp = s.seccomp == "on" or (s.seccomp == "auto" and self.config.backend == "cpu")
+                sandbox = {"network": s.network != "off", "seccomp": seccomp, "rlimits": {"RLIMIT_CORE": 0}}
+                env = child_env(self._env(gpu_visible=self.config.backend == "cuda"))
+                judge = JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
+                                    timeout_s=max(600.0, self.config.timeout_s))
+                self._judges[device] = judge
+            return judge
 
-            self._pch_note = prepare_torch_pch(self.cache_dir)
-            if self._pch_note:
-                _log.warning("%s (C++ compiles will be slower)", self._pch_note)
-            self._pch_ready = True
+    def _layers(self, spec_backend: str) -> list[str]:
+        """The isolation layers asked for, in words (for messages about a process that died)."""
+        s = self.config.sandbox
+        cuda = spec_backend == "cuda"
+        layers = [name for name, value in (("network namespace", s.network != "off"), ("read-only mounts", s.mounts != "off"),
+                                           ("capabilities dropped", s.drop_capabilities), ("cgroup", s.cgroup != "off"))
+                  if value]
+        if s.filesystem == "on" or (s.filesystem == "auto" and not cuda):
+            layers.append("Landlock")
+        if s.seccomp == "on" or (s.seccomp == "auto" and not cuda):
+            layers.append("seccomp")
+        return layers
 
-    # -- baseline ----------------------------------------------------------------------------
+    # -- keys --------------------------------------------------------------------------------------
+
+    def solution_key(self, source: str) -> str:
+        """The cache key of a solution's libraries: its source and everything that shapes the build."""
+        t = self.toolchain()
+        payload = json.dumps({"source": source, "toolchain": t.key, "builder": BUILDER_VERSION, "backend": self.config.backend,
+                              "rules": self.rules}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def baseline_key(self, task: Task) -> str:
         import importlib.metadata as md
@@ -220,48 +317,44 @@ class Evaluator:
         torch_version = md.version("torch")
         c = self.config
         return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
-                         f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"])
+                         f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
+
+    def _task_spec(self, task: Task) -> dict[str, str]:
+        return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
+
+    # -- baselines ---------------------------------------------------------------------------------
 
     def _time_references(self, tasks: list[Task], device: str | None) -> tuple[dict[str, float], str]:
-        """Reference times of ``tasks`` from one fresh process, and a description of any that failed."""
+        """Reference times of ``tasks`` measured now by the judge, and a description of any that failed."""
         if not tasks:
             return {}, ""
-        device = device or self._devices()[0]
-        entries = [{"task_id": t.task_id, "task_source": t.render(self.config.resolved_profile)} for t in tasks]
-        # Each reference gets the per-candidate budget; the process start is paid once.
-        outcome = self._run("references", tasks[0], "", device, extra={"reference_tasks": entries},
-                            timeout_s=self.config.timeout_s * len(tasks))
-        verdict = outcome.verdict or {}
-        times = {k: float(v) for k, v in verdict.get("references_ms", {}).items()}
+        device = device or self.devices()[0]
+        with self._judge_lock(device):
+            answer = self.judge(device).request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
+                                                timeout=max(600.0, self.config.timeout_s * len(tasks)))
+        times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
         missing = [t.task_id for t in tasks if t.task_id not in times]
         if not missing:
             return times, ""
-        errors = verdict.get("reference_errors", {})
-        detail = "; ".join(f"{k}: {errors.get(k) or 'no verdict'}" for k in missing[:3])
-        if not verdict:
-            detail += "\n" + (outcome.stderr_tail[-2000:] or f"exit code {outcome.exit_code}, timed out: {outcome.timed_out}")
+        errors = answer.get("errors", {})
+        detail = "; ".join(f"{k}: {errors.get(k) or 'no time'}" for k in missing[:3])
         return times, f"timing the reference of {', '.join(missing)} failed: {detail}"
 
     def measure_references_ms(self, tasks: list[Task], device: str | None = None) -> dict[str, float]:
-        """Time the PyTorch references of ``tasks`` now, all in one fresh process (no cache).
-
-        Raises RuntimeError naming the tasks whose reference could not be timed.
-        """
+        """Time the PyTorch references of ``tasks`` now (no cache). Raises RuntimeError naming the tasks whose
+        reference could not be timed."""
         times, failure = self._time_references(tasks, device)
         if failure:
             raise RuntimeError(failure)
         return times
 
     def measure_reference_ms(self, task: Task, device: str | None = None) -> float:
-        """Time one task's PyTorch reference now, in a fresh process (no cache): reproducibility checks."""
+        """Time one task's PyTorch reference now (no cache): reproducibility checks."""
         return self.measure_references_ms([task], device)[task.task_id]
 
     def prefetch_baselines(self, tasks: Iterable[Task], device: str | None = None) -> None:
-        """Measure every uncached baseline among ``tasks`` in one process, before candidates need them.
-
-        A failure here is not fatal: the tasks concerned are measured (and their error reported) one
-        by one when a candidate of theirs runs.
-        """
+        """Measure every uncached baseline among ``tasks`` at once, before candidates need them. A task that
+        fails here is tried again, and its error reported, when a candidate of it runs."""
         missing = {self.baseline_key(t): t for t in tasks}
         missing = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
         if not missing:
@@ -273,7 +366,7 @@ class Evaluator:
         try:
             todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
             times, failure = self._time_references(list(todo.values()), device)
-            if failure:  # those tasks are tried again, one by one, when a candidate of theirs runs
+            if failure:
                 _log.warning("%s", failure)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             for key, task in todo.items():
@@ -284,7 +377,7 @@ class Evaluator:
                 lock.release()
 
     def baseline_ms(self, task: Task, device: str | None = None) -> float:
-        """PyTorch eager time of the task (cached); measured in its own harness process."""
+        """PyTorch eager time of the task (cached); raises RuntimeError when it cannot be timed."""
         key = self.baseline_key(task)
         with self._lock:
             lock = self._baseline_locks.setdefault(key, threading.Lock())
@@ -296,7 +389,19 @@ class Evaluator:
             self.baselines.put(key, ms, {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
             return ms
 
-    # -- verdicts ----------------------------------------------------------------------------
+    def _judge_lock(self, device: str) -> threading.Lock:
+        with self._lock:
+            return self._judge_locks.setdefault(device, threading.Lock())
+
+    def overhead(self, task: Task, device: str, fresh: bool = False) -> Overhead:
+        """The timing protocol's own cost per call on ``task`` and ``device`` (verdict.corroborate), measured
+        by the judge once per evaluator (``fresh``: again, now)."""
+        key = (self.baseline_key(task), device)
+        if fresh or key not in self._overheads:
+            self._overheads[key] = self.judge(device).overhead(self._task_spec(task))
+        return self._overheads[key]
+
+    # -- verdicts ----------------------------------------------------------------------------------
 
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None:
         """A verdict without running anything (parse errors, rule violations), or None to go on."""
@@ -322,43 +427,165 @@ class Evaluator:
     def _finish(self, result: EvalResult, start: float) -> EvalResult:
         result.times.static = time.perf_counter() - start
         result.times.total = result.times.total or result.times.static
-        return self._score(result)
+        return score(result)
 
-    def from_outcome(self, task: Task, candidate: Candidate, outcome: JobOutcome, baseline: float | None) -> EvalResult:
-        r = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=Status.RUNTIME_ERROR, backend=self.config.backend)
-        v = outcome.verdict
-        if outcome.timed_out:
-            r.status, r.error = Status.TIMEOUT, f"no verdict within {self.config.timeout_s:.0f} s; the process was killed"
-        elif outcome.memory_exceeded:
-            r.error = f"the process exceeded the {self.config.memory_limit_mb} MiB memory limit and was killed"
-        elif outcome.processes_exceeded:
-            r.error = f"the candidate started more than {self.config.sandbox.max_processes} processes and was killed"
-        elif v is None:
-            why = f"exit code {outcome.exit_code}" + (" (killed by a signal)" if outcome.exit_code < 0 else "")
-            r.error = trim_error(f"the process ended without a valid verdict ({why})\n{outcome.stderr_tail[-1500:]}")
-        else:
-            r.status = Status(v["status"])
-            r.rule_id, r.compiled, r.correct = v["rule_id"], v["compiled"], v["correct"]
-            r.max_abs_error, r.max_rel_error = v["max_abs_error"], v["max_rel_error"]
-            r.trials_passed, r.trials_run, r.warnings = v["trials_passed"], v["trials_run"], v["warnings"]
-            r.compile_path = v.get("compile_path", "")
-            r.error = trim_error(v["error"] or v["message"]) if r.status is not Status.CORRECT else ""
-            if r.status is Status.INCORRECT or r.status is Status.RULE_VIOLATION:
-                r.error = v["message"]
-            if r.status is Status.RUNTIME_ERROR and v["message"] and v["error"]:
-                r.error = trim_error(f"{v['message']}: {v['error']}")
-            t = v.get("times", {})
-            r.times = PhaseTimes(setup=t.get("setup", 0.0), compile=t.get("compile", 0.0), load=t.get("load", 0.0), correctness=t.get("correctness", 0.0),
-                                 profile=t.get("profile", 0.0), timing=t.get("timing", 0.0))
-            if r.correct and baseline:
-                r.runtime_ms, r.baseline_ms = v["runtime_ms"], baseline
-                r.speedup = baseline / v["runtime_ms"] if v["runtime_ms"] > 0 else 0.0
-                r.flagged_speedup = r.speedup > self.config.speedup_flag_threshold
-        r.times.total = outcome.wall_seconds
-        return r
+    def _failed(self, task: Task, candidate: Candidate, failure: Failure, warnings: list[str] | None = None,
+                compiled: bool = False) -> EvalResult:
+        result = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=failure.status, backend=self.config.backend,
+                            rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []))
+        result.error = failure.message if not failure.error else (f"{failure.message}: {failure.error}" if failure.message else failure.error)
+        if failure.status in (Status.COMPILE_ERROR,):
+            result.error = failure.error or failure.message
+        return score(result)
+
+    # -- compile -----------------------------------------------------------------------------------
+
+    def compile(self, candidate: Candidate) -> Compiled:
+        """The solution's libraries in the cache (built now unless they are there), or why not."""
+        key = self.solution_key(candidate.source)
+        with self._lock:
+            lock = self._compile_locks.setdefault(key, threading.Lock())
+        with lock:  # identical solutions in one batch are compiled once
+            cached = self._cached_build(key)
+            if cached is not None:
+                return cached
+            if key in self._compile_failures:
+                return self._compile_failures[key]
+            result = self._build(candidate.source, key)
+            if result.failure is not None and result.failure.status is not Status.TIMEOUT:
+                self._compile_failures[key] = result
+            return result
+
+    def _cached_build(self, key: str) -> Compiled | None:
+        folder = self.cache_dir / "ext" / key
+        try:
+            meta = json.loads((folder / "meta.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return Compiled(ext_dir=folder, kernels=[str(k) for k in meta.get("kernels", [])], compile_s=0.0,
+                        compile_path=str(meta.get("path", "")))
+
+    def _build(self, source: str, key: str) -> Compiled:
+        self._protect()
+        toolchain = self.toolchain()
+        cfg = self.config
+        job = HarnessJob({"mode": "compile", "solution_source": source, "config": {**cfg.to_dict(), "cache_dir": str(self.cache_dir)},
+                          "toolchain": toolchain.to_dict(), "max_jobs": self._max_jobs, "device": "cpu"},
+                         memory_limit_mb=cfg.memory_limit_mb, env_extra=self._env(gpu_visible=False), nice=10, sandbox=cfg.sandbox,
+                         backend=cfg.backend, read_only=[toolchain.pch_dir, *toolchain.include_dirs, *toolchain.lib_dirs],
+                         cpu_seconds=int(3 * cfg.compile_timeout_s) + 60)
+        try:
+            facts = drive_compile(job, cfg.compile_timeout_s, self._layers(cfg.backend))
+            if facts.failure is not None:
+                return Compiled(failure=facts.failure, compile_s=facts.compile_s, warnings=facts.warnings)
+            return self._adopt(job.staging, key, facts)
+        finally:
+            job.close()
+
+    def _adopt(self, staging: Path, key: str, facts: CompileFacts) -> Compiled:
+        """Check what a compile job left in its staging folder and move it into the cache (trusted side)."""
+        hits = library_hits(staging, self.rules["native_symbols"], self.config.allowed_runtime_ops)
+        sources = sorted(p for p in staging.rglob("*") if p.name in ("main.cpp", "cuda.cu") and p.is_file() and not p.is_symlink())
+        texts = {p: _candidate_text(p) for p in sources}
+        hits += cpp_rule_hits(list(texts.values()), self.rules)
+        if not any(p.suffix == ".so" for p in staging.rglob("*.so")):
+            return Compiled(failure=Failure(Status.RUNTIME_ERROR, "the compile job reported success but built no library"),
+                            compile_s=facts.compile_s)
+        if hits:
+            return Compiled(failure=Failure(Status.RULE_VIOLATION, hits[0].message, rule_id=hits[0].rule_id), compile_s=facts.compile_s)
+        kernels = kernel_names([t for p, t in texts.items() if p.name == "cuda.cu"])
+        paths = sorted({b["path"] for b in facts.built})
+        path = "lite" if paths == ["lite"] else ("full-fallback" if "full" in paths else "")
+        folder = self.cache_dir / "ext" / key
+        tmp = self.cache_dir / "ext" / f".{key}.{secrets.token_hex(4)}"
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(staging), str(tmp))
+        (tmp / "meta.json").write_text(json.dumps({"kernels": kernels, "path": path, "built": facts.built}))
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # the same solution was adopted meanwhile: keep that one
+            shutil.rmtree(tmp, ignore_errors=True)
+        return Compiled(ext_dir=folder, kernels=kernels, compile_s=facts.compile_s, compile_path=path, warnings=facts.warnings)
+
+    # -- run ---------------------------------------------------------------------------------------
+
+    def _plan(self, task: Task, compiled: Compiled, device: str) -> tuple[RunPlan, dict[str, Any]]:
+        cfg = self.config
+        n = cfg.timing_trials
+        spots = sorted(random.SystemRandom().sample(range(n), min(2, n)))
+        plan = RunPlan(task=self._task_spec(task),
+                       trials=[(cfg.seed + 1000 + k, DISTRIBUTIONS[k % len(DISTRIBUTIONS)]) for k in range(cfg.correctness_trials)],
+                       timing_trials=n, spot_trials=spots, spot_seeds=[cfg.seed + 5000, cfg.seed + 5001],
+                       watched_trial=secrets.randbelow(cfg.correctness_trials), own_kernels=compiled.kernels,
+                       allowed_ops=list(cfg.allowed_runtime_ops), backend=cfg.backend, timeout_s=cfg.timeout_s,
+                       slack_ms=cfg.resolved_clock_slack_ms, tolerance=cfg.clock_tolerance)
+        job = {"mode": "run", "task_id": task.task_id, "task_source": plan.task["source"], "config": cfg.to_dict(),
+               "device": device, "toolchain": self.toolchain().to_dict(), "ext_dir": str(compiled.ext_dir),
+               "watched_trial": plan.watched_trial, "spot_trials": plan.spot_trials, "transport": cfg.transport}
+        return plan, job
+
+    def _start_run(self, task: Task, candidate: Candidate, compiled: Compiled, device: str, gated: bool) -> tuple[HarnessJob, RunPlan]:
+        self._protect()
+        plan, spec = self._plan(task, compiled, device)
+        cfg = self.config
+        job = HarnessJob({**spec, "solution_source": candidate.source, "gated": gated}, memory_limit_mb=cfg.memory_limit_mb,
+                         env_extra=self._env(gpu_visible=cfg.backend == "cuda"), sandbox=cfg.sandbox, backend=cfg.backend,
+                         read_only=[str(compiled.ext_dir)], cpu_seconds=int(3 * cfg.timeout_s) + 60)
+        return job, plan
+
+    def _run_phase(self, task: Task, candidate: Candidate, compiled: Compiled, device: str,
+                   started: tuple[HarnessJob, RunPlan] | None = None) -> EvalResult:
+        """The run job of one candidate (``started``: one started ahead of its turn) and its verdict."""
+        try:
+            baseline = self.baseline_ms(task, device)
+        except RuntimeError as exc:  # the task's own reference cannot be timed: the task's failure, not the candidate's
+            if started:
+                started[0].cancel()
+            return self._failed(task, candidate, Failure(Status.RUNTIME_ERROR, "the task's reference could not be timed",
+                                                         f"task: {exc}"), compiled=True)
+        if started is not None and started[0].died():
+            # Ended before its turn (its set-up failed, or something killed it) before any code of its own
+            # ran: not its doing, so it gets a fresh process, now.
+            started[0].end()
+            started[0].close()
+            started = None
+        job, plan = started or self._start_run(task, candidate, compiled, device, gated=False)
+        facts = self._drive(job, plan, device, task)
+        result = assemble(task.task_id, candidate.key, self.config.backend, facts, baseline, self.config.correctness_trials,
+                          self.config.speedup_flag_threshold, compiled.compile_s, compiled.compile_path)
+        result.warnings = compiled.warnings + result.warnings
+        if result.flagged_speedup:
+            # Too good to trust on one measurement: judge it again in a fresh process.
+            job, plan = self._start_run(task, candidate, compiled, device, gated=False)
+            again = assemble(task.task_id, candidate.key, self.config.backend, self._drive(job, plan, device, task), baseline,
+                             self.config.correctness_trials, self.config.speedup_flag_threshold, compiled.compile_s,
+                             compiled.compile_path)
+            again.flagged_speedup = True
+            again.warnings.append(f"speedup above {self.config.speedup_flag_threshold}x: re-verified in a fresh process "
+                                  f"(first run {result.speedup:.2f}x)")
+            result = again
+        return score(result)
+
+    def _drive(self, job: HarnessJob, plan: RunPlan, device: str, task: Task) -> RunFacts:
+        with self._judge_lock(device):
+            try:
+                plan.overhead = self.overhead(task, device)
+                plan.remeasure = lambda: self.overhead(task, device, fresh=True)
+            except Exception as exc:  # the judge could not measure it: only the hard bound is checked
+                _log.warning("no timing overhead for %s on %s: %s", task.task_id, device, exc)
+            driver = RunDriver(job, self.judge(device), plan, self._layers(self.config.backend))
+            try:
+                return driver.run()
+            finally:
+                job.close()
+                if driver.judge_failed:
+                    with self._lock:
+                        judge = self._judges.pop(device, None)
+                    if judge:
+                        judge.close()
 
     def evaluate(self, task: Task, candidate: Candidate | str, device: str | None = None) -> EvalResult:
-        """Full evaluation of one candidate (compiles inside its run process)."""
+        """Full evaluation of one candidate."""
         if isinstance(candidate, str):
             candidate = Candidate(task_id=task.task_id, source=candidate)
         start = time.perf_counter()
@@ -366,138 +593,124 @@ class Evaluator:
         if early:
             return early
         static_s = time.perf_counter() - start
-        device = device or self._devices()[0]
-        result = self._run_phase(task, candidate, device)
+        compiled = self.compile(candidate)
+        if compiled.failure is not None:
+            result = self._failed(task, candidate, compiled.failure, compiled.warnings)
+            result.times.compile = compiled.compile_s
+        else:
+            result = self._run_phase(task, candidate, compiled, device or self.devices()[0])
         result.times.static = static_s
+        result.times.total = time.perf_counter() - start
         return result
 
-    def _run_phase(self, task: Task, candidate: Candidate, device: str, job: HarnessJob | None = None) -> EvalResult:
-        """The run process of one candidate (``job``: one started ahead, gated) and its verdict."""
-        baseline = self.baseline_ms(task, device)
-        outcome = (job or self._start("run", task, candidate.source, device)).finish()
-        if job is not None and outcome.verdict is None and (job.died_before_go or outcome.exit_code == SETUP_FAILED_EXIT):
-            # Its set-up failed (or it was killed) while another candidate had the GPU, before any code
-            # of its own ran: not its doing, so it gets a fresh process, now.
-            outcome = self._start("run", task, candidate.source, device).finish()
-        result = self.from_outcome(task, candidate, outcome, baseline)
-        if result.flagged_speedup:
-            # Too good to trust on one measurement: judge it again in a fresh process.
-            again = self.from_outcome(task, candidate, self._run("run", task, candidate.source, device), baseline)
-            again.flagged_speedup = True
-            again.warnings.append(f"speedup above {self.config.speedup_flag_threshold}x: re-verified in a fresh process "
-                                  f"(first run {result.speedup:.2f}x)")
-            result = again
-        return self._score(result)
+    # -- batches -----------------------------------------------------------------------------------
 
-    def _score(self, result: EvalResult) -> EvalResult:
-        result.score = kernel_score(result.correct, result.speedup, result.status is Status.RULE_VIOLATION)
-        result.feedback = feedback_line(result)
-        return result
-
-    # -- batches -----------------------------------------------------------------------------
-
-    def evaluate_many(
-        self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None, show_progress: bool = False
-    ) -> list[EvalResult]:
+    def evaluate_many(self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None,
+                      show_progress: bool = False) -> list[EvalResult]:
         """Evaluate many candidates: compile on a CPU pool, run on every device, results in input order."""
-        items = list(items)
-        results: list[EvalResult | None] = [None] * len(items)
-        bar = _progress_bar(len(items)) if show_progress else None
+        return _Batch(self, list(items), progress, show_progress).run()
 
-        def done(i: int, result: EvalResult) -> None:
-            results[i] = result
-            if progress:
-                progress(result)
-            if bar:
-                bar.update(1)
 
+class _Batch:
+    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix."""
+
+    def __init__(self, ev: Evaluator, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool):
+        self.ev, self.items, self.progress = ev, items, progress
+        self.results: list[EvalResult | None] = [None] * len(items)
+        self.compiled: dict[int, Compiled] = {}
+        self.run_q: queue.Queue[int | None] = queue.Queue()
+        self.run_intervals: list[tuple[str, float, float]] = []
+        self.bar = _progress_bar(len(items)) if show else None
+        self._lock = threading.Lock()
+
+    def done(self, i: int, result: EvalResult) -> None:
+        with self._lock:
+            self.results[i] = result
+            if self.bar:
+                self.bar.update(1)
+        if self.progress:
+            self.progress(result)
+
+    def compile_one(self, i: int) -> None:
+        task, cand = self.items[i]
+        started = time.perf_counter()
+        compiled = self.ev.compile(cand)
+        if compiled.failure is not None:
+            result = self.ev._failed(task, cand, compiled.failure, compiled.warnings)
+            result.times.compile = compiled.compile_s
+            result.times.total = time.perf_counter() - started
+            self.done(i, result)
+        else:
+            self.compiled[i] = compiled
+            self.run_q.put(i)
+
+    def run_worker(self, device: str, first: bool, baseline_tasks: list[Task]) -> None:
+        ev = self.ev
+        if first:
+            ev.prefetch_baselines(baseline_tasks, device)
+        ahead = ev._prestart
+        started: deque[tuple[int, tuple[HarnessJob, RunPlan]]] = deque()
+        ended = False
+        while True:
+            while not ended and len(started) <= ahead:
+                try:
+                    i = self.run_q.get(block=not started)
+                except queue.Empty:
+                    break
+                if i is None:
+                    ended = True
+                    break
+                task, cand = self.items[i]
+                started.append((i, ev._start_run(task, cand, self.compiled[i], device, gated=True)))
+            if not started:
+                return
+            i, job = started.popleft()
+            task, cand = self.items[i]
+            began = time.monotonic()
+            try:
+                result = ev._run_phase(task, cand, self.compiled[i], device, job)
+            except Exception as exc:  # a verdict, never a lost item
+                job[0].cancel()
+                result = score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=ev.config.backend,
+                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
+            self.run_intervals.append((device, began, time.monotonic()))
+            _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device, time.monotonic() - began,
+                       result.status.value, result.rule_id, {k: round(x, 2) for k, x in asdict(result.times).items() if x},
+                       f", error: {result.error[:300]!r}" if result.error else "")
+            self.done(i, result)
+
+    def run(self) -> list[EvalResult]:
+        ev = self.ev
         compile_q: list[int] = []
-        for i, (task, cand) in enumerate(items):
-            early = self.static_check(task, cand)
+        for i, (task, cand) in enumerate(self.items):
+            early = ev.static_check(task, cand)
             if early:
-                done(i, early)
+                self.done(i, early)
             else:
                 compile_q.append(i)
-        devices = self._devices()
-        # Baselines: all uncached ones in one process by the first run worker before its first
-        # candidate (on cuda that overlaps the first compiles); any left are measured lazily.
-        baseline_tasks = list({items[i][0].task_id: items[i][0] for i in compile_q}.values())
-        run_q: queue.Queue[int | None] = queue.Queue()
-        workers = self._compile_workers
-        overlap = self.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
-
-        def compile_one(i: int) -> None:
-            task, cand = items[i]
-            outcome = self._run("compile", task, cand.source, "cpu")
-            v = outcome.verdict
-            _log.debug("compile phase of %s: %.1f s wall, %s, compiler %.1f s, path %s", cand.key, outcome.wall_seconds,
-                       (v or {}).get("status", "no verdict"), (v or {}).get("times", {}).get("compile", 0.0),
-                       (v or {}).get("compile_path", ""))
-            if v and v["status"] == "correct":
-                self._compile_times[i] = v.get("times", {}).get("compile", 0.0)
-                self._compile_paths[i] = v.get("compile_path", "")
-                run_q.put(i)
-            else:
-                done(i, self._score(self.from_outcome(task, cand, outcome, None)))
-
-        ahead = self._prestart
-
-        def run_worker(device: str) -> None:
-            if device == devices[0]:
-                self.prefetch_baselines(baseline_tasks, device)
-            # Up to ``ahead`` run processes are started early, gated: they set up (torch, CUDA context,
-            # profiler) while the device runs the current candidate, which alone holds it.
-            started: deque[tuple[int, HarnessJob]] = deque()
-            ended = False
-            while True:
-                while not ended and len(started) <= ahead:
-                    try:
-                        i = run_q.get(block=not started)
-                    except queue.Empty:
-                        break
-                    if i is None:
-                        ended = True
-                        break
-                    task, cand = items[i]
-                    started.append((i, self._start("run", task, cand.source, device, gated=True)))
-                if not started:
-                    return
-                i, job = started.popleft()
-                task, cand = items[i]
-                began = time.monotonic()
-                try:
-                    result = self._run_phase(task, cand, device, job)
-                except Exception as exc:  # e.g. the task's own reference cannot be timed: a verdict, not a lost item
-                    job.cancel()
-                    result = self._score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=self.config.backend,
-                                                    status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
-                self.run_intervals.append((device, began, time.monotonic()))
-                _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device, time.monotonic() - began,
-                           result.status.value, result.rule_id, {k: round(x, 2) for k, x in asdict(result.times).items() if x},
-                           f", error: {result.error[:300]!r}" if result.error else "")
-                result.times.compile = max(result.times.compile, self._compile_times.get(i, 0.0))
-                result.compile_path = result.compile_path or self._compile_paths.get(i, "")
-                done(i, result)
-
-        self._compile_times: dict[int, float] = {}
-        self._compile_paths: dict[int, str] = {}
-        self.run_intervals: list[tuple[str, float, float]] = []  # (device, start, end) of run phases, for busy-share figures
-        runners = [threading.Thread(target=run_worker, args=(d,), daemon=True) for d in devices]
+        devices = ev.devices()
+        baseline_tasks = list({self.items[i][0].task_id: self.items[i][0] for i in compile_q}.values())
+        overlap = ev.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
+        runners = [threading.Thread(target=self.run_worker, args=(d, n == 0, baseline_tasks), daemon=True)
+                   for n, d in enumerate(devices)]
+        if compile_q:
+            ev.toolchain()  # headers prepared once, before the workers need them
         if overlap:
             for t in runners:
                 t.start()
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(compile_one, compile_q))
+        with ThreadPoolExecutor(max_workers=ev._compile_workers) as pool:
+            list(pool.map(self.compile_one, compile_q))
         if not overlap:
             for t in runners:
                 t.start()
         for _ in runners:
-            run_q.put(None)
+            self.run_q.put(None)
         for t in runners:
             t.join()
-        if bar:
-            bar.close()
-        return [r for r in results if r is not None]
+        ev.run_intervals = self.run_intervals
+        if self.bar:
+            self.bar.close()
+        return [r for r in self.results if r is not None]
 
 
 def _defines_class(source: str, name: str) -> bool:
@@ -510,3 +723,6 @@ def _progress_bar(total: int):
     from tqdm import tqdm
 
     return tqdm(total=total, desc="evaluating", unit="kernel", dynamic_ncols=True)
+
+
+__all__ = ["BaselineCache", "Compiled", "Evaluator", "SETUP_FAILED_EXIT", "cpu_name", "gpu_info"]

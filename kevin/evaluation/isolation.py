@@ -11,6 +11,8 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | network namespace (`unshare(CLONE_NEWNET)`, root) | every socket: only a down loopback exists | nothing network-related is left | Landlock TCP rules (bind/connect; not UDP), else a warning |
 | Landlock (kernel >= 5.13) | file reads and writes outside an allow-list (system and Python dirs read-only; the job's temp dir, the build cache and /dev writable); ptrace and /proc/<pid>/environ of other processes; signals and abstract unix sockets outside the sandbox (ABI >= 6) | reading what the allow-list grants (e.g. /etc/passwd, the Python tree); pathname unix sockets | a warning; the job still runs |
 | cgroup (v1 or v2 pids/memory, root) | fork bombs (`pids.max`), resident memory on cuda | GPU memory (the caching allocator's OOM is a runtime error) | parent-side RSS polling and process-group kill |
+| read-only mounts (a private mount namespace, root) | writing anywhere but the job's own folder: the shared caches (builds, baselines, the precompiled headers), the repository, other jobs' files; a private, empty /dev/shm | reading (that is Landlock's part) | a warning (Landlock's write rules still apply where it exists) |
+| capabilities dropped, evaluator not dumpable | a root candidate attaching to, or reading the memory of, the evaluator or the judge (ptrace, process_vm_readv, /proc/<pid>/mem need CAP_SYS_PTRACE for a non-dumpable process) | processes that are dumpable (other candidates: see the sibling row) | nothing to drop for a non-root user |
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
 | sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (cuda until validated), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
@@ -20,10 +22,11 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,15 @@ _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 
 FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 FS_REMOVE_DIR, FS_REMOVE_FILE, FS_MAKE_CHAR, FS_MAKE_DIR, FS_MAKE_REG = 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8
@@ -66,6 +77,14 @@ class SandboxConfig:
     cgroup: str = "auto"
     """`auto`/`on`: a pids/memory cgroup per candidate where the cgroup tree is writable; `off`: none."""
 
+    mounts: str = "auto"
+    """`auto`/`on`: a private mount namespace in which every file system is read-only except the job's own
+    folder (as root; a warning where it cannot be made); `off`: none."""
+
+    drop_capabilities: bool = True
+    """Drop every capability in candidate processes (after the namespaces are made), so a root candidate
+    cannot trace or read the memory of the evaluator and the judge, which are made non-dumpable."""
+
     max_processes: int = 512
     """pids.max of the candidate's cgroup: processes AND threads (compilers and torch's pools fit)."""
 
@@ -79,7 +98,7 @@ class SandboxConfig:
     """More read-only paths for Landlock (e.g. a CUDA toolkit outside /usr and /opt)."""
 
     def __post_init__(self) -> None:
-        for name in ("network", "filesystem", "seccomp", "cgroup"):
+        for name in ("network", "filesystem", "seccomp", "cgroup", "mounts"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"sandbox.{name} must be auto, on or off, got {getattr(self, name)!r}")
         if self.max_processes < 16:
@@ -87,6 +106,15 @@ class SandboxConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SandboxConfig":
+        """From params (``evaluation.sandbox``): unknown keys are an error, never silently ignored."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown evaluation.sandbox settings: {unknown}; known: {sorted(known)}")
+        return cls(**dict(data))
 
 
 # ---------------------------------------------------------------------------------------- Landlock
@@ -263,9 +291,13 @@ def read_only_paths(extra: list[str]) -> list[str]:
     return sorted(p for p in paths if p and os.path.exists(p))
 
 
-def make_spec(cfg: SandboxConfig, backend: str, workdir: str, cache_dir: str, memory_bytes: int,
-              cpu_seconds: int, nice: int, cgroups: list[str]) -> dict[str, Any]:
-    """Everything the harness needs to isolate itself, as JSON-ready data."""
+def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int, cpu_seconds: int, nice: int,
+              cgroups: list[str], read_only: list[str] = (), writable: list[str] = ()) -> dict[str, Any]:
+    """Everything a harness process needs to isolate itself, as JSON-ready data.
+
+    ``workdir`` (the job's own folder) and ``writable`` stay writable; ``read_only`` (e.g. the solution's
+    built library in the cache, the precompiled headers) is readable on top of the system paths.
+    """
     filesystem = cfg.filesystem == "on" or (cfg.filesystem == "auto" and backend == "cpu")
     seccomp = cfg.seccomp == "on" or (cfg.seccomp == "auto" and backend == "cpu")
     repo = str(Path(__file__).resolve().parents[2])
@@ -279,18 +311,94 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, cache_dir: str, me
             **({"RLIMIT_AS": memory_bytes} if backend == "cpu" and memory_bytes else {}),
         },
         "network": cfg.network != "off",
+        "mounts": cfg.mounts != "off",
+        "drop_capabilities": cfg.drop_capabilities,
         "filesystem": filesystem,
         "filesystem_note": "" if filesystem or cfg.filesystem == "off" else
         "file-system isolation (Landlock) is off on cuda until validated on the GPU machine; set sandbox.filesystem=on",
         "seccomp": seccomp,
         "seccomp_note": "" if seccomp or cfg.seccomp == "off" else
         "the seccomp deny-list is off on cuda until validated on the GPU machine; set sandbox.seccomp=on",
-        "read_paths": read_only_paths(cfg.extra_read_paths),
+        "read_paths": read_only_paths([*cfg.extra_read_paths, *read_only]),
         "list_paths": [repo],  # the import system lists the repo root to find `kevin`; its files stay unreadable
-        "write_paths": [workdir, cache_dir],
+        "write_paths": [workdir, *writable],
         "device_paths": ["/dev"],
         "cgroups": cgroups,
     }
+
+
+def protect_process() -> str:
+    """Make this process non-dumpable: a process without CAP_SYS_PTRACE (a candidate, which drops its
+    capabilities) can then neither trace it nor read its memory or /proc files. '' or why not."""
+    if not sys.platform.startswith("linux"):
+        return "not dumpable: only on Linux"
+    if _libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        return f"could not make the process non-dumpable: {os.strerror(ctypes.get_errno())}"
+    return ""
+
+
+def drop_capabilities() -> str:
+    """Drop every capability of this process for good (bounding, ambient, effective, permitted, inheritable)."""
+    machine = os.uname().machine
+    if machine not in _SYS_CAPSET:
+        return f"capabilities not dropped on {machine}"
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the last capability this kernel knows
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
+    if libc.syscall(_SYS_CAPSET[machine], ctypes.byref(header), ctypes.byref(data)) != 0:
+        return f"capabilities not dropped: {os.strerror(ctypes.get_errno())}"
+    return ""
+
+
+def _mount_points() -> list[tuple[str, str]]:
+    """(mount point, per-mount options) of this process's mounts, from /proc/self/mountinfo."""
+    points = []
+    with open("/proc/self/mountinfo") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) > 5:
+                point = parts[4].encode().decode("unicode_escape")
+                points.append((point, parts[5]))
+    return points
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def apply_read_only_mounts(writable: list[str]) -> list[str]:
+    """A private mount namespace with every file system read-only except ``writable`` (and /proc, /sys,
+    /dev, which hold no files of the evaluator), and an empty private /dev/shm. Returns warnings."""
+    libc = _libc()
+    if libc.unshare(ctypes.c_int(_CLONE_NEWNS)) != 0:
+        return [f"no private mount namespace ({os.strerror(ctypes.get_errno())}): caches and the repository stay writable "
+                "where Landlock is unavailable"]
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return [f"mounts not made private ({os.strerror(ctypes.get_errno())}): file systems stay writable"]
+    keep = tuple(os.path.realpath(p) for p in writable if os.path.exists(p))
+    for path in keep:
+        if libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            return [f"could not keep {path} writable ({os.strerror(ctypes.get_errno())}): no read-only mounts"]
+    failed = []
+    for point, options in _mount_points():
+        if _under(point, keep) or _under(point, ("/proc", "/sys", "/dev")):
+            continue
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+        for name, bit in (("nosuid", _MS_NOSUID), ("nodev", _MS_NODEV), ("noexec", _MS_NOEXEC), ("noatime", _MS_NOATIME),
+                          ("nodiratime", _MS_NODIRATIME), ("relatime", _MS_RELATIME)):
+            if name in options.split(","):
+                flags |= bit
+        if libc.mount(None, point.encode(), None, flags, None) != 0:
+            failed.append(f"{point} ({os.strerror(ctypes.get_errno())})")
+    warnings = [f"could not make read-only: {', '.join(failed[:5])}"] if failed else []
+    if os.path.isdir("/dev/shm"):
+        if libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=268435456") != 0:
+            warnings.append(f"no private /dev/shm ({os.strerror(ctypes.get_errno())})")
+    return warnings
 
 
 # ----------------------------------------------------------------------------------- apply (child)
@@ -321,6 +429,12 @@ def apply_spec(spec: dict[str, Any]) -> list[str]:
             net_isolated = True
         else:
             warnings.append(f"no network namespace ({os.strerror(ctypes.get_errno())}); falling back to Landlock TCP rules")
+    if spec.get("mounts"):
+        warnings.extend(apply_read_only_mounts(spec.get("write_paths", [])))
+    if spec.get("drop_capabilities"):
+        note = drop_capabilities()
+        if note:
+            warnings.append(note)
     if spec.get("filesystem_note"):
         warnings.append(spec["filesystem_note"])
     deny_tcp = bool(spec.get("network")) and not net_isolated

@@ -4,6 +4,11 @@ Per timed call: refresh the inputs' contents in place (so an output cached by in
 is stale), flush the last-level cache, synchronise the whole device, time the call, synchronise the
 whole device again (work the candidate pushed to side streams is counted), stop the clock.
 CUDA uses events; the cpu backend uses the monotonic clock. The reported figure is the median.
+
+``mark`` (optional) tells the evaluator when each call begins and ends: ``mark("b", i)`` just before the
+clock starts (it returns once the evaluator has stamped it with its own clock) and ``mark("e", i)``
+just after the clock stops. The evaluator compares the times reported here with its own stamps
+(verdict.py), so a process that reports times shorter than the calls took is caught from outside.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ def time_callable(
     flush_bytes: int,
     spot_trials: Sequence[int] = (),
     snapshot: Callable[[Any], list[torch.Tensor]] | None = None,
+    mark: Callable[[str, int], None] | None = None,
 ) -> TimingResult:
     """Time ``fn(*inputs)``; before call i the inputs are overwritten with ``sources[i % len(sources)]``.
 
@@ -77,6 +83,8 @@ def time_callable(
         if flush is not None:
             flush.fill_(float(i))
         _sync(device)
+        if mark is not None:
+            mark("b", i)
         if use_events:
             start_event.record()
             out = fn(*inputs)
@@ -88,6 +96,8 @@ def time_callable(
             t0 = _perf_counter_ns()
             out = fn(*inputs)
             samples.append((_perf_counter_ns() - t0) / 1e6)
+        if mark is not None:
+            mark("e", i)
         if i in wanted and snapshot is not None:
             spots[i] = snapshot(out)
         del out

@@ -1,10 +1,28 @@
-// Narrow stand-in for <torch/extension.h> / <torch/types.h> in CUDA translation units (the fast
-// compile path of kevin.evaluation.compiler). Parsing the full torch headers is most of a CUDA
-// extension's build time; kernels and their host wrappers need only the Tensor class, the
-// allocation ops, the dispatch macros and TORCH_CHECK. The `torch` namespace aliases below are the
-// ones torch/types.h defines. A source that needs more fails to compile here and is rebuilt with the
-// full header, so nothing a candidate can write is judged differently.
+// Narrow stand-in for <torch/extension.h> / <torch/types.h> (the fast compile path of
+// kevin.evaluation.builder). Parsing the full torch headers is most of an extension's build time;
+// kernels and their host wrappers need only the Tensor class, the allocation ops, the dispatch macros,
+// TORCH_CHECK and at::parallel_for. The standard headers the full torch headers bring in are included
+// too, so overload sets (std::abs, std::max on floats ...) are the same as with the full headers. The
+// `torch` namespace aliases below are the ones torch/types.h defines. A source whose errors name
+// something only the full headers declare is rebuilt with them (builder.fallback_needed).
 #pragma once
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -16,6 +34,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <optional>
 namespace torch {

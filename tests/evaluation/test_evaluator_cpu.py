@@ -43,10 +43,10 @@ def test_compile_error_shows_the_compiler_lines(evaluator, relu_task):
 
 
 def test_segfault_is_a_runtime_error(evaluator, relu_task):
-    body = RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;")
+    body = RELU_BODY.replace("return y;", "volatile float* p = nullptr; *p = 1.0f; return y;")
     r = judge(evaluator, relu_task, cpp_solution(body, name="t_segv"))
     assert r.status is Status.RUNTIME_ERROR and r.score == 0.0
-    assert "signal" in r.error or "without a valid verdict" in r.error
+    assert "killed by signal SIGSEGV" in r.error or "killed by signal SIGILL" in r.error
 
 
 def test_infinite_loop_in_cpp_times_out(evaluator, relu_task):
@@ -109,7 +109,7 @@ def test_early_exit_with_no_verdict_scores_zero(cache_dir, relu_task):
     src = cpp_solution(RELU_BODY, name="t_exit", extra_py="import os", forward="os._exit(0)")
     r = relaxed.evaluate(relu_task, src)
     assert r.status is Status.RUNTIME_ERROR and r.score == 0.0
-    assert "without a valid verdict" in r.error
+    assert "ended without finishing (exit code 0)" in r.error
 
 
 def test_timer_patching_is_caught_at_run_time_even_with_static_rules_off(cache_dir, relu_task):
@@ -134,7 +134,7 @@ def test_unparseable_input_is_a_parse_error(evaluator, relu_task, source, expect
 
 
 def test_batch_crash_then_correct_and_results_in_order(evaluator, relu_task):
-    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    crash = cpp_solution(RELU_BODY.replace("return y;", "volatile float* p = nullptr; *p = 1.0f; return y;"), name="t_segv")
     good = cpp_solution(RELU_BODY, name="t_ok")
     wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
     items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"c{i}")) for i, s in enumerate([crash, good, wrong, good])]
@@ -143,21 +143,23 @@ def test_batch_crash_then_correct_and_results_in_order(evaluator, relu_task):
     assert [r.status for r in results] == [Status.RUNTIME_ERROR, Status.CORRECT, Status.INCORRECT, Status.CORRECT]
 
 
-def test_references_of_several_tasks_are_timed_in_one_process(cache_dir, relu_task):
+def test_references_of_several_tasks_are_timed_in_one_request_to_the_judge(cache_dir, relu_task):
     from kevin.tasks import load_bundled_suite
 
     tasks = [t for t in load_bundled_suite((1,)) if t.name in ("01_relu", "02_gelu")]
     ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir / "refs")))
+    judge = ev.judge("cpu")
     calls = []
-    real_run = ev._run
-    ev._run = lambda *a, **k: calls.append(a[0]) or real_run(*a, **k)
+    real = judge.request
+    judge.request = lambda message, *a, **k: calls.append((message["t"], len(message.get("tasks", [])))) or real(message, *a, **k)
     ev.prefetch_baselines(tasks)
-    assert calls == ["references"]  # both tasks, one harness process
+    assert calls == [("baselines", 2)]  # both tasks, one request
     for t in tasks:
         assert ev.baselines.get(ev.baseline_key(t)) > 0
     assert ev.baseline_ms(tasks[0]) == ev.baselines.get(ev.baseline_key(tasks[0]))
     ev.prefetch_baselines(tasks)
-    assert calls == ["references"]  # cached: nothing measured again
+    assert calls == [("baselines", 2)]  # cached: nothing measured again
+    ev.close()
 
 
 def test_a_broken_reference_is_named_and_does_not_hide_the_others(cache_dir, relu_task):
@@ -172,27 +174,42 @@ def test_a_broken_reference_is_named_and_does_not_hide_the_others(cache_dir, rel
     assert ev.baselines.get(ev.baseline_key(broken)) is None
     with pytest.raises(RuntimeError, match="bad task"):
         ev.baseline_ms(broken)
+    # A candidate of that task gets a verdict that names the task as the cause, not an exception.
+    r = ev.evaluate(broken, cpp_solution(RELU_BODY, name="t_broken_ref"))
+    assert r.status is Status.RUNTIME_ERROR and "task's reference could not be timed" in r.error and "bad task" in r.error
+    ev.close()
+
+
+def _started(evaluator, task, source, gated=True):
+    candidate = Candidate(task.task_id, source)
+    compiled = evaluator.compile(candidate)
+    assert compiled.failure is None
+    return candidate, compiled, evaluator._start_run(task, candidate, compiled, "cpu", gated=gated)
 
 
 def test_gated_job_waits_before_candidate_code_until_handed_the_device(evaluator, relu_task):
     import time
 
     source = cpp_solution(RELU_BODY, name="t_gate", extra_py="print('CANDIDATE-IMPORTED', flush=True)")
-    evaluator.evaluate(relu_task, source)  # compiled and the baseline cached, so the run below is only the run
-    job = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    candidate, compiled, started = _started(evaluator, relu_task, source)
+    evaluator.baseline_ms(relu_task)
+    job = started[0]
     time.sleep(4)  # plenty for the set-up; the candidate's module must not have been imported yet
     assert job.proc.poll() is None and b"CANDIDATE-IMPORTED" not in job.out_tail.data
-    outcome = job.finish()
-    assert "CANDIDATE-IMPORTED" in outcome.stdout_tail and outcome.verdict["status"] == "correct"
-    assert outcome.verdict["times"]["setup"] > 0
+    item = job.reader.get(5)
+    assert item.message["t"] == "ready"  # set up and waiting
+    job.reader._queue.put(item)  # hand it back to the driver
+    result = evaluator._run_phase(relu_task, candidate, compiled, "cpu", started)
+    assert result.status is Status.CORRECT and b"CANDIDATE-IMPORTED" in job.out_tail.data
+    assert result.times.setup > 0
 
-    cancelled = evaluator._start("run", relu_task, source, "cpu", gated=True)
+    cancelled = _started(evaluator, relu_task, source)[2][0]
     cancelled.cancel()
     assert cancelled.proc.poll() is not None and not cancelled.workdir.exists()
 
 
 def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
-    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    crash = cpp_solution(RELU_BODY.replace("return y;", "volatile float* p = nullptr; *p = 1.0f; return y;"), name="t_segv")
     good = cpp_solution(RELU_BODY, name="t_ok")
     wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
     items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"p{i}")) for i, s in enumerate([good, crash, wrong, good, crash])]
@@ -205,42 +222,52 @@ def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
     assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT, Status.RUNTIME_ERROR]
 
 
-def test_a_job_whose_set_up_fails_ahead_of_its_turn_is_run_again_in_turn(evaluator, relu_task):
-    from dataclasses import replace
+def test_a_job_whose_set_up_fails_ahead_of_its_turn_exits_without_a_verdict(evaluator, relu_task):
+    from kevin.evaluation.protocol import SETUP_FAILED_EXIT
 
-    from kevin.evaluation.harness import SETUP_FAILED_EXIT
+    source = cpp_solution(RELU_BODY)
+    candidate = Candidate(relu_task.task_id, source)
+    compiled = evaluator.compile(candidate)
+    plan, spec = evaluator._plan(relu_task, compiled, "cuda:0")  # no GPU here: the set-up fails
+    from kevin.evaluation.sandbox import HarnessJob
+
+    job = HarnessJob({**spec, "solution_source": source, "gated": True}, memory_limit_mb=8192, backend="cpu",
+                     read_only=[str(compiled.ext_dir)])
+    assert job.proc.wait(timeout=120) == SETUP_FAILED_EXIT  # before its turn: no verdict, a distinct exit code
+    job.end()
+    job.close()
+
+
+def test_a_broken_task_is_reported_as_the_tasks_failure(evaluator, relu_task):
+    from dataclasses import replace
 
     broken = replace(relu_task, task_id="level1/98_broken_init", name="98_broken_init",
                      source=relu_task.source.replace("super().__init__()", "super().__init__()\n        raise MemoryError('no room')"))
     evaluator.baselines.put(evaluator.baseline_key(broken), 1.0, {"note": "test"})  # so only the run phase runs
-    source = cpp_solution(RELU_BODY)
-    ahead = evaluator._start("run", broken, source, "cpu", gated=True)
-    ahead.proc.wait(timeout=60)  # fails in its set-up, before its turn: no verdict, a distinct exit code
-    assert ahead.proc.returncode == SETUP_FAILED_EXIT
-    ahead = evaluator._start("run", broken, source, "cpu", gated=True)
-    result = evaluator._run_phase(broken, Candidate(broken.task_id, source), "cpu", ahead)
-    # Run again ungated, in turn: now the failure is reported as what it is, with its error.
-    assert result.status is Status.RUNTIME_ERROR and "no room" in result.error and "exit code" not in result.error
+    r = evaluator.evaluate(broken, cpp_solution(RELU_BODY))
+    assert r.status is Status.RUNTIME_ERROR and "the task could not be evaluated" in r.error and "no room" in r.error
 
 
-def test_a_waiting_job_killed_by_someone_else_is_run_again_and_ignores_a_forged_go(evaluator, relu_task):
+def test_a_waiting_job_killed_by_someone_else_is_run_again_and_ignores_a_forged_start(evaluator, relu_task):
     import os
     import signal
     import time
 
-    source = cpp_solution(RELU_BODY, name="t_gate")
-    evaluator.evaluate(relu_task, source)  # compiled and baseline cached
-    victim = evaluator._start("run", relu_task, source, "cpu", gated=True)
-    time.sleep(3)
-    os.kill(victim.proc.pid, signal.SIGKILL)  # e.g. a hostile candidate running beside it
-    victim.proc.wait(timeout=10)
-    result = evaluator._run_phase(relu_task, Candidate(relu_task.task_id, source), "cpu", victim)
-    assert victim.died_before_go and result.status is Status.CORRECT
+    from kevin.evaluation.protocol import BAD_START_EXIT
 
-    forged = evaluator._start("run", relu_task, source, "cpu", gated=True)
-    forged.proc.stdin.write(b"go\n")  # a go without the job's token
-    forged.proc.stdin.flush()
-    assert forged.proc.wait(timeout=60) == 3
+    source = cpp_solution(RELU_BODY, name="t_gate")
+    evaluator.baseline_ms(relu_task)
+    candidate, compiled, victim = _started(evaluator, relu_task, source)
+    time.sleep(3)
+    os.kill(victim[0].proc.pid, signal.SIGKILL)  # e.g. a hostile candidate running beside it
+    victim[0].proc.wait(timeout=10)
+    result = evaluator._run_phase(relu_task, candidate, compiled, "cpu", victim)
+    assert result.status is Status.CORRECT
+
+    forged = _started(evaluator, relu_task, source)[2][0]
+    assert forged.reader.get(60).message["t"] == "ready"
+    forged.send({"t": "start", "token": "0" * 64})  # a start without the job's token
+    assert forged.proc.wait(timeout=60) == BAD_START_EXIT
     forged.cancel()
 
 
@@ -249,7 +276,7 @@ def test_one_run_worker_per_device_shares_the_batch(evaluator, relu_task, monkey
     spread over them and the results still come back complete, right and in input order."""
     import threading
 
-    crash = cpp_solution(RELU_BODY.replace("return y;", "float* volatile p = nullptr; *p = 1.0f; return y;"), name="t_segv")
+    crash = cpp_solution(RELU_BODY.replace("return y;", "volatile float* p = nullptr; *p = 1.0f; return y;"), name="t_segv")
     good = cpp_solution(RELU_BODY, name="t_ok")
     wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
     sources = [good, crash, wrong, good, good, crash]
@@ -261,7 +288,7 @@ def test_one_run_worker_per_device_shares_the_batch(evaluator, relu_task, monkey
         threads.add(threading.get_ident())
         return real_run_phase(*args, **kwargs)
 
-    monkeypatch.setattr(evaluator, "_devices", lambda: ["cpu", "cpu"])
+    monkeypatch.setattr(evaluator, "devices", lambda: ["cpu", "cpu"])
     monkeypatch.setattr(evaluator, "_run_phase", recording)
     results = evaluator.evaluate_many(items)
     assert [r.candidate_id for r in results] == [f"d{i}" for i in range(6)]

@@ -1,0 +1,220 @@
+"""From what the evaluator saw to an EvalResult: small pure functions, no processes.
+
+Correctness comes only from the judge's comparisons (judge.py); a candidate's process can report a
+failure of its own (a crash, a rule broken at run time) but never a success. Timing is the candidate's
+own measurement, accepted only when the evaluator's clock agrees with it:
+
+- every timed call is bracketed by a begin mark, which the evaluator stamps and answers before the call
+  may start, and an end mark (timing.py). The reported time of a call cannot be longer than the time
+  between its two stamps, so the reported total cannot exceed what the evaluator saw pass;
+- the window between the stamps holds the call and a fixed cost (the answer to the begin mark, the clock
+  reads, the end mark). The judge measures that cost with the same protocol, on the same task and
+  device, around an empty call (``Overhead``). A process that reports a call as shorter than it was
+  leaves the difference in the window, and is flagged when it exceeds the allowed slack;
+- a process can still send its end mark early and do the work after it. So the evaluator also looks at
+  whole cycles, begin stamp to the next begin stamp: the call plus the harness's work between calls
+  (refreshing the inputs, flushing the cache). That work is slower after a call that left much memory
+  dirty, so this check allows more (``CYCLE_FACTOR`` times the window's allowance);
+- on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
+  call time.
+What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``;
+more on the cpu backend, where cache effects are larger), and the profiler's own records, which the
+candidate's process produces. Native code in the candidate's process controls everything that process
+measures; these checks bound how far its reports can stray from what the evaluator sees from outside.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from kevin.evaluation.records import EvalResult, PhaseTimes, Status, kernel_score
+
+
+@dataclass
+class TimingEvidence:
+    """The candidate's timed calls as it reported them and as the evaluator's clock saw them."""
+
+    reported_ms: list[float]
+    begin_ns: list[int]
+    """Evaluator's stamp of each call's begin mark."""
+    end_ns: list[int]
+    """Evaluator's stamp of each call's end mark."""
+
+
+CYCLE_FACTOR = 4.0
+"""How much more the cycle check allows than the window check (cache effects between calls)."""
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The timing protocol's own cost per call, by the evaluator's clock, with an empty call (ms)."""
+
+    window_ms: float
+    """Low quantile (``low``) of (end stamp - begin stamp) - reported time."""
+    cycle_ms: float
+    """Low quantile of (next begin stamp - begin stamp) - reported time."""
+
+
+def window_excess_ms(evidence: TimingEvidence) -> list[float]:
+    """For each call: (its end stamp - its begin stamp) - its reported time."""
+    return [(e - b) / 1e6 - r for b, e, r in zip(evidence.begin_ns, evidence.end_ns, evidence.reported_ms)]
+
+
+def cycle_excess_ms(evidence: TimingEvidence) -> list[float]:
+    """For each call but the last: (begin stamp of the next call - its own begin stamp) - its reported time."""
+    b, r = evidence.begin_ns, evidence.reported_ms
+    return [(b[i + 1] - b[i]) / 1e6 - r[i] for i in range(len(b) - 1)]
+
+
+def low(values: list[float]) -> float:
+    """The 10th percentile (nearest rank below): what a cost is when nothing else gets in the way.
+
+    Other work on the machine only ever adds time to a sample, and in bursts; a process that reports its
+    calls as shorter than they were adds the difference to every sample. A low quantile keeps the second
+    and ignores most of the first, where a median would flag honest kernels on a busy machine."""
+    ordered = sorted(values)
+    return ordered[int(0.1 * (len(ordered) - 1))] if ordered else 0.0
+
+
+def measure_overhead(evidence: TimingEvidence) -> Overhead:
+    """The ``Overhead`` of a run of the protocol around an empty call."""
+    return Overhead(low(window_excess_ms(evidence)), low(cycle_excess_ms(evidence)))
+
+
+def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:
+    """'' when the reported times agree with the evaluator's clock, else what disagrees.
+
+    ``overhead``: measured by the judge on the same task and device (None: only the hard bound is checked).
+    """
+    n = len(evidence.reported_ms)
+    if n == 0:
+        return "no timed calls were reported"
+    if len(evidence.begin_ns) != n or len(evidence.end_ns) != n:
+        return f"{n} timed calls were reported but the evaluator saw {min(len(evidence.begin_ns), len(evidence.end_ns))}"
+    if any(not (x >= 0.0) for x in evidence.reported_ms):  # negative or NaN
+        return "a reported call time is negative or not a number"
+    seen_ms = sum(e - b for b, e in zip(evidence.begin_ns, evidence.end_ns)) / 1e6
+    reported = sum(evidence.reported_ms)
+    if reported > seen_ms + 0.01 * n:
+        return f"the timed calls report {reported:.3f} ms in all, more than the {seen_ms:.3f} ms the evaluator saw pass"
+    if overhead is None or n < 3:
+        return ""
+    median_call = statistics.median(evidence.reported_ms)
+    allowance = slack_ms + tolerance * median_call
+    extra = low(window_excess_ms(evidence)) - overhead.window_ms
+    if extra > allowance:
+        return (f"the timed calls report {median_call:.4f} ms each, but each took {extra:.4f} ms more than that between "
+                f"its marks by the evaluator's clock (allowed {allowance:.4f} ms)")
+    extra = low(cycle_excess_ms(evidence)) - overhead.cycle_ms
+    if extra > CYCLE_FACTOR * allowance:
+        return (f"the timed calls report {median_call:.4f} ms each, but each cycle of the timing loop took {extra:.4f} ms "
+                f"more than the protocol itself by the evaluator's clock (allowed {CYCLE_FACTOR * allowance:.4f} ms)")
+    return ""
+
+
+def kernel_time_problem(kernel_ms: float | None, reported_ms: list[float], tolerance: float, slack_ms: float) -> str:
+    """'' unless the profiled kernels of one call took longer than the reported time of a call."""
+    if kernel_ms is None or not reported_ms:
+        return ""
+    median_call = statistics.median(reported_ms)
+    if kernel_ms > median_call * (1.0 + 2 * tolerance) + slack_ms:
+        return (f"the profiled kernels of one call ran {kernel_ms:.4f} ms, longer than the {median_call:.4f} ms "
+                "reported per timed call")
+    return ""
+
+
+def forbidden_ops(ops: list[str], allowed: list[str]) -> list[str]:
+    allowed_set = set(allowed)
+    return sorted(op for op in ops if op not in allowed_set)
+
+
+_HARMLESS_KERNEL_WORDS = ("fill", "copy", "memset", "memcpy", "zero")
+
+
+def classify_kernels(kernel_events: list[str], own_kernels: list[str]) -> tuple[list[str], list[str]]:
+    """Split GPU kernel names seen during a forward into (own, foreign) lists.
+
+    Own: the name contains one of the candidate's ``__global__`` names as a function name. Foreign:
+    anything else but fills and copies (``torch.zeros``, ``.contiguous()``), e.g. cuBLAS GEMMs or
+    PyTorch's elementwise kernels, which mean the compute was not the candidate's.
+    """
+    import re
+
+    patterns = [re.compile(rf"(?:^|[\s:*&]){re.escape(k)}\s*[<(]") for k in own_kernels if k]
+    own, foreign = [], []
+    for name in kernel_events:
+        if any(p.search(name) for p in patterns):
+            own.append(name)
+        elif not any(word in name.lower() for word in _HARMLESS_KERNEL_WORDS):
+            foreign.append(name)
+    return own, foreign
+
+
+@dataclass
+class Failure:
+    """The first thing that went wrong, as a status and its texts."""
+
+    status: Status
+    message: str = ""
+    error: str = ""
+    rule_id: str = ""
+
+
+@dataclass
+class RunFacts:
+    """What the evaluator established about one run job (filled by runs.py, read by ``assemble``)."""
+
+    failure: Failure | None = None
+    trials_run: int = 0
+    trials_passed: int = 0
+    max_abs_error: float = 0.0
+    max_rel_error: float = 0.0
+    runtime_ms: float = 0.0
+    runtime_stats: dict[str, float] = field(default_factory=dict)
+    timed: bool = False
+    """All timed calls were reported, corroborated, and their spot-checked outputs were correct."""
+    warnings: list[str] = field(default_factory=list)
+    times: dict[str, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+
+def assemble(task_id: str, candidate_id: str, backend: str, facts: RunFacts, baseline_ms: float | None,
+             correctness_trials: int, flag_threshold: float, compile_s: float = 0.0, compile_path: str = "") -> EvalResult:
+    """The EvalResult of a candidate that compiled: correct only with every trial and the timing established."""
+    t = facts.times
+    r = EvalResult(task_id=task_id, candidate_id=candidate_id, status=Status.RUNTIME_ERROR, backend=backend, compiled=True,
+                   compile_path=compile_path, warnings=list(facts.warnings), trials_run=facts.trials_run,
+                   trials_passed=facts.trials_passed, max_abs_error=facts.max_abs_error, max_rel_error=facts.max_rel_error,
+                   times=PhaseTimes(setup=t.get("setup", 0.0), compile=compile_s, load=t.get("load", 0.0),
+                                    correctness=t.get("correctness", 0.0), profile=t.get("profile", 0.0),
+                                    timing=t.get("timing", 0.0), total=facts.wall_seconds))
+    if facts.failure is not None:
+        r.status, r.rule_id = facts.failure.status, facts.failure.rule_id
+        r.error = facts.failure.message
+        if facts.failure.error and facts.failure.status not in (Status.INCORRECT, Status.RULE_VIOLATION):
+            r.error = f"{facts.failure.message}: {facts.failure.error}" if facts.failure.message else facts.failure.error
+        return r
+    if facts.trials_passed == 0 or facts.trials_run < correctness_trials:
+        r.error = "the correctness trials did not complete" if facts.trials_run < correctness_trials else \
+            "no trial had a finite reference output"
+        return r
+    if not facts.timed or facts.runtime_ms <= 0:
+        r.error = "the timed calls did not complete"
+        return r
+    r.status, r.correct = Status.CORRECT, True
+    r.runtime_ms = facts.runtime_ms
+    if baseline_ms:
+        r.baseline_ms = baseline_ms
+        r.speedup = baseline_ms / facts.runtime_ms
+        r.flagged_speedup = r.speedup > flag_threshold
+    return r
+
+
+def score(result: EvalResult) -> EvalResult:
+    """Fill the reward and the feedback line from the status and speedup."""
+    from kevin.evaluation.feedback import feedback_line
+
+    result.score = kernel_score(result.correct, result.speedup, result.status is Status.RULE_VIOLATION)
+    result.feedback = feedback_line(result)
+    return result
