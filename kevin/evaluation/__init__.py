@@ -2,7 +2,7 @@
 
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.evaluator import Evaluator
-from kevin.evaluation.feedback import feedback_line
-from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score
+from kevin.records.verdicts import feedback_line
+from kevin.records.evaluation import Candidate, EvalResult, PhaseTimes, Status, kernel_score
 
 __all__ = ["Candidate", "EvalConfig", "EvalResult", "Evaluator", "PhaseTimes", "Status", "feedback_line", "kernel_score"]

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from kevin.evaluation.config import EvalConfig
-from kevin.evaluation.feedback import feedback_line
+from kevin.records.verdicts import feedback_line
 from kevin.evaluation.harness import SETUP_FAILED_EXIT
-from kevin.evaluation.records import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
 from kevin.evaluation.rules import load_rules, static_hits
 from kevin.evaluation.sandbox import HarnessJob, JobOutcome
 from kevin.tasks.task import Task

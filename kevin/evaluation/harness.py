@@ -115,7 +115,7 @@ def _child_process_count() -> int:
 
 
 def _error_text(exc: BaseException) -> str:
-    from kevin.evaluation.records import trim_error
+    from kevin.records.evaluation import trim_error
 
     lines = traceback.format_exception_only(type(exc), exc)
     return trim_error("".join(lines))

@@ -17,10 +17,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kevin.records.rollout import TrainingSample, Trajectory, Turn, save_records
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import Evaluate, Generate, run_rollouts
-from kevin.rollout.records import TrainingSample, Trajectory, Turn, save_records
 
 __all__ = ["StepResult", "build_samples", "rollout_metrics", "train_step"]
 
@@ -29,8 +29,19 @@ ROLLOUT_DIR = "rollout"
 
 
 def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int], list[float] | None]:
-    """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids."""
+    """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids.
+
+    The prompt scored is the prompt sampled: the backend's own prompt ids when it returned them, else the
+    locally rendered prompt text, which is what an in-process model or a completions endpoint sampled from.
+    A chat endpoint's server rendered the prompt with ITS template; without its ids that prompt is unknown
+    here, so such a turn is refused rather than scored on a prompt the model never saw."""
     prompt, response, logprobs = list(turn.prompt_token_ids), list(turn.response_token_ids), turn.logprobs
+    if not prompt and turn.server_template:
+        raise ValueError(f"{turn.task_id} traj {turn.trajectory} turn {turn.turn}: sampled through a chat endpoint, "
+                         "whose server applied its own chat template, and the server returned no prompt token ids, so "
+                         "the tokens the model saw are unknown here. Use the completions endpoint (the prompt is "
+                         "rendered here, with the model's template) or a server that returns token ids (vLLM: "
+                         "openai.return_token_ids: true)")
     if (not prompt or not response) and tokenizer is None:
         raise ValueError(f"{turn.task_id} traj {turn.trajectory} turn {turn.turn}: the backend returned no token ids "
                          "and no tokenizer was given to tokenize its text; pass tokenizer=")

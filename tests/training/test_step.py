@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kevin.evaluation.records import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Status
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import GenerationOut, load_rollout
-from kevin.rollout.records import TrainingSample, Trajectory, Turn, load_records
+from kevin.records.generation import GenerationOut
+from kevin.rollout.loop import load_rollout
+from kevin.records.rollout import TrainingSample, Trajectory, Turn, load_records
 from kevin.tasks import make_task
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
@@ -19,9 +20,13 @@ from tests.conftest import identity_task_source
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
 
+def verdict(score: float) -> EvalResult:
+    status = Status.CORRECT if score > 0 else Status.INCORRECT
+    return EvalResult(task_id="t", candidate_id="c", status=status, correct=score > 0, score=score)
+
+
 def turn(task, traj, t, score, **kw):
-    status = "correct" if score > 0 else "incorrect"
-    return Turn(task_id=task, trajectory=traj, turn=t, result={"status": status, "score": score},
+    return Turn(task_id=task, trajectory=traj, turn=t, result=verdict(score),
                 prompt_token_ids=[5, 6], response_token_ids=[7, 8, 1], logprobs=[-1.0, -1.0, -0.5], **kw)
 
 
@@ -51,10 +56,10 @@ def test_build_samples_discounted_returns_and_task_groups():
 
 def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
     tok = tiny_tokenizer()
-    t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result={"status": "correct", "score": 1.0},
+    t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result=verdict(1.0),
               logprobs=[-0.1])
     t1 = Turn(task_id="a", trajectory=1, turn=0, prompt="<u>hi<a>", response="abc", truncated=True,
-              result={"status": "incorrect", "score": 0.0})
+              result=verdict(0.0))
     s0, s1 = build_samples([Trajectory("a", 0, [t0]), Trajectory("a", 1, [t1])], RewardConfig(), tok)
     assert s0.prompt_token_ids == tok.encode("<u>hi<a>", add_special_tokens=False)
     assert s0.completion_token_ids == tok.encode("ab", add_special_tokens=False) + [tok.eos_token_id]

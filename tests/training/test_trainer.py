@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.trainer import (

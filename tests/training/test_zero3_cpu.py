@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.trainer import _load_safetensors_dir as _weights
