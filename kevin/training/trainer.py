@@ -177,13 +177,14 @@ class GRPOTrainer:
     def _check_samples(self, samples: Sequence[TrainingSample]) -> None:
         if not samples:
             raise ValueError("update needs at least one TrainingSample")
-        limit = self.config.loss.max_completion_length
+        limit = self.config.response_limit
         for i, s in enumerate(samples):
             if not s.prompt_token_ids:
                 raise ValueError(f"sample {i} ({s.task_id} traj {s.trajectory} turn {s.turn}) has no prompt token ids")
             if len(s.completion_token_ids) > limit:
-                raise ValueError(f"sample {i} has {len(s.completion_token_ids)} completion tokens, more than "
-                                 f"loss.max_completion_length={limit}; set it to the generation's max new tokens")
+                raise ValueError(f"sample {i} has {len(s.completion_token_ids)} completion tokens, more than the "
+                                 f"{limit} this trainer accepts (train.max_response_tokens, else "
+                                 "loss.max_completion_length); set max_response_tokens, which sets both")
             if not math.isfinite(s.advantage):
                 raise ValueError(f"sample {i} has a non-finite advantage {s.advantage}")
 
@@ -229,8 +230,8 @@ class GRPOTrainer:
                 old[row, :n] = old_logprobs[i].to(old.device)
             adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logp.device)  # [b]
             ref = self._reference_logprobs(batch)[:, :width] if cfg.loss.needs_reference else None
-            loss, metrics = policy_loss(logp, old, adv, mask, cfg.loss, logp_ref=ref,
-                                        num_sequences=num_sequences, num_tokens=num_tokens)
+            loss, metrics = policy_loss(logp, old, adv, mask, cfg.loss, logp_ref=ref, num_sequences=num_sequences,
+                                        num_tokens=num_tokens, max_width=cfg.response_limit)
             self._backward(loss)
             tokens = float(mask.sum())
             totals.loss += loss.item()
