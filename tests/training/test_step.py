@@ -128,3 +128,52 @@ def test_train_step_refuses_mismatched_temperatures():
     trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=0.9, device="cpu"))
     with pytest.raises(ValueError, match="temperature"):
         train_step([], Generator(), evaluate, RewardConfig(), RolloutConfig(), trainer)
+
+
+# ------------------------------------------------------------------------------ response length
+
+
+def test_train_step_refuses_a_dr_grpo_constant_that_is_not_the_response_limit():
+    """The loss divided by 16384 while generation stopped at 1024 tokens: 16x too small a loss."""
+    from kevin.policy.hf import HFPolicy, SamplingConfig
+
+    tok = tiny_tokenizer()
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=0.9, device="cpu"))  # constant 16384
+    policy = HFPolicy(trainer.model, tok, SamplingConfig(temperature=0.9, max_new_tokens=1024))
+    with pytest.raises(ValueError, match=r"divides by loss.max_completion_length = 16384 .* 16x too small"):
+        train_step([], policy, evaluate, RewardConfig(), RolloutConfig(), trainer)
+
+
+def test_length_schedule_raises_the_policy_limit_within_what_the_trainer_accepts(tmp_path):
+    """A schedule 8 -> 12 tokens: the step's limit is set on the policy; the loss keeps dividing by 8."""
+    from kevin.policy.hf import HFPolicy, SamplingConfig
+
+    tok = tiny_tokenizer()
+    tasks = [make_task("toy/a", 1, "a", identity_task_source())]
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=1.0, device="cpu", max_response_tokens=12,
+                                                       loss=LossConfig(max_completion_length=8)), tokenizer=tok)
+    policy = HFPolicy(trainer.model, tok, SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0, stop_token_ids=[]))
+    cfg = RolloutConfig(trajectories=2, turns=1, max_prompt_tokens=10**5)
+    before = train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=8)
+    after = train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=12)
+    assert policy.max_response_tokens == 12
+    assert max(len(s.completion_token_ids) for s in before.samples) <= 8
+    assert max(len(s.completion_token_ids) for s in after.samples) <= 12
+    with pytest.raises(ValueError, match="accepts at most 12"):
+        train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=16)
+
+
+def test_the_loss_scale_does_not_change_when_the_limit_is_raised():
+    """Documented choice (docs/rl_core.md): the Dr-GRPO constant stays at the first limit, so every token weighs
+    1 / (B x 8) before and after a raise to 12. On-policy, a token's loss is -A: for advantages (1, -0.5) over
+    completions of 10 and 4 tokens the loss is -(1 x 10 - 0.5 x 4) / (2 x 8) = -0.5."""
+    tok = tiny_tokenizer()
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=1.0, device="cpu", max_response_tokens=12,
+                                                       loss=LossConfig(max_completion_length=8)))
+    samples = [TrainingSample([5, 6, 7], [8] * 10, None, 0.0, 1.0, "t", 0, 0),
+               TrainingSample([5, 6], [9] * 4, None, 0.0, -0.5, "t", 1, 0)]
+    metrics = trainer.accumulate_gradients(samples)
+    assert metrics["loss"] == pytest.approx(-0.5, abs=1e-6) and metrics["tokens"] == 14
+    too_long = [TrainingSample([5], [8] * 13, None, 0.0, 1.0, "t", 0, 0)]
+    with pytest.raises(ValueError, match="more than the 12 this trainer accepts"):
+        trainer.update(too_long)
