@@ -1,6 +1,6 @@
 """Collapse monitors: cheap indicators that a run is degenerating, and typed alerts when one crosses a limit.
 
-Why these indicators (RECIPE.md section 1): Kevin's training eventually collapses into repetitive junk.
+Why these indicators (docs/recipe.md §6): Kevin's training eventually collapses into repetitive junk.
 The leading indicator was the "Not Okay Ratio", the share of responses whose reasoning no longer starts
 with the base model's habitual opening ("Okay," for QwQ); it rose about 15 steps before junk appeared,
 and junk showed first in the last turn. We track that ratio, a per-response junk score, response length,

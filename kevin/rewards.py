@@ -1,4 +1,4 @@
-"""Rewards: kernel scores -> per-turn returns -> per-task group advantages (docs/recipe.md, "Rewards").
+"""Rewards: kernel scores -> per-turn returns -> per-task group advantages (docs/recipe.md §4).
 
 The chain, each step a small pure function:
 

@@ -66,7 +66,7 @@ class PhaseTimes:
 
 @dataclass
 class EvalResult:
-    """The verdict on one candidate. ``score`` is the RL reward (docs/recipe.md, "Kernel score")."""
+    """The verdict on one candidate. ``score`` is the RL reward (docs/recipe.md §3)."""
 
     task_id: str
     candidate_id: str

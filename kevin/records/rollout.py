@@ -142,7 +142,7 @@ class Trajectory:
 
     @property
     def correct(self) -> bool:
-        """A trajectory is correct if any of its kernels is (docs/recipe.md, "Metrics")."""
+        """A trajectory is correct if any of its kernels is (docs/recipe.md §8)."""
         return any(t.correct for t in self.turns)
 
     @property

@@ -1,8 +1,8 @@
 """The one place that words verdicts for the policy: feedback lines and parse-error verdicts.
 
-A later turn's context shows every earlier attempt with one feedback line (docs/recipe.md, "Context of a
-later turn"): could not be parsed; broke a rule; failed to compile (with the compiler's first errors);
-compiled but failed at run time; incorrect; correct (with the speedup, and that it can be made faster).
+A later turn's context shows every earlier attempt with one feedback line (docs/recipe.md §2): could not
+be parsed; broke a rule; failed to compile (with the compiler's first errors); compiled but failed at run
+time; incorrect; correct (with the speedup, and that it can be made faster).
 The evaluator, the response parser and the rollout loop all build their verdict text here, so the policy
 reads one wording whatever produced the verdict.
 """

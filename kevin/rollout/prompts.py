@@ -1,6 +1,6 @@
 """Prompts: the base prompt, the one-shot example, and the context of later turns.
 
-All wording is ours. The structure follows the recipe (docs/recipe.md, "Context of a later turn"): turn 0 gets the base
+All wording is ours. The structure follows the recipe (docs/recipe.md §2): turn 0 gets the base
 prompt with a one-shot example; turn t > 0 gets the base prompt without the example, the previous
 attempts (kernel + summary + feedback line, their reasoning dropped), and an instruction to restart
 reasoning and write complete new code. When the prompt is over its token budget the OLDEST attempts go
