@@ -141,7 +141,9 @@ class OpenAIConfig(Settings):
     return_token_ids: bool = False
     """vLLM extension (>= 0.10.2): also return the exact prompt and response token ids, so the trainer scores
     precisely the sampled tokens instead of a re-tokenization. Other servers may reject the unknown field
-    (``transformers serve`` answers 422), so it is off by default; turn it on for vLLM."""
+    (``transformers serve`` answers 422), so it is off by default; turn it on for vLLM. On the completions
+    endpoint it also sends vLLM's ``add_special_tokens: false``: the rendered prompt carries its own special
+    tokens, so the server tokenizes exactly the text that was rendered (``extra_body`` can override it)."""
 
     stop: list[str] = field(default_factory=list)
     """Stop strings (empty: stop at the model's end-of-sequence token only)."""
@@ -316,6 +318,10 @@ class OpenAIPolicy:
             body["stop"] = list(cfg.stop)
         if cfg.return_token_ids:
             body["return_token_ids"] = True
+            if cfg.endpoint == "completions":
+                # The rendered prompt already holds the special tokens its template writes; vLLM would prepend
+                # another BOS by default, and the model would sample from a prompt the local text does not show.
+                body["add_special_tokens"] = False
         body.update(cfg.extra_body)
         return body
 

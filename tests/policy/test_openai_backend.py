@@ -402,6 +402,14 @@ def test_completions_endpoint_sends_the_rendered_prompt_the_trainer_scores(fake)
     assert not turn.server_template and turn.reasoning_opened_by_prompt
     (sample,) = build_samples([traj], RewardConfig(), tok)
     assert sample.prompt_token_ids == tok.encode(sent["prompt"], add_special_tokens=False)
+    assert "add_special_tokens" not in sent  # a field other servers may refuse, sent only to vLLM
+    # vLLM (return_token_ids): told to add no BOS of its own, so its ids are the rendered text's; those are scored.
+    server = fake()
+    traj = _rollout_through(server.base_url, tok, endpoint="completions", return_token_ids=True)
+    (sent,) = server.completion_requests()
+    assert sent["add_special_tokens"] is False and sent["return_token_ids"] is True
+    (sample,) = build_samples([traj], RewardConfig(), tok)
+    assert sample.prompt_token_ids == [ord(c) for c in sent["prompt"][:8]]  # the server's ids, as it returned them
 
 
 def test_reasoning_parser_output_cut_off_mid_reasoning_stays_unclosed():
