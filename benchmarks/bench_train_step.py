@@ -3,24 +3,22 @@
     python3 benchmarks/bench_train_step.py --device cuda --backend cuda --out $OUT/train_step.md
     python3 benchmarks/bench_train_step.py --preset tiny --device cpu --backend cpu      # a CPU smoke run
 
-Everything is built in-process, with no hub and no network:
-- a byte-level BPE tokenizer trained on the repository's own texts (task files, reference solutions,
-  the rendered prompts), padded with reserved tokens up to ``--vocab-size`` and given a small chat
-  template (``build_tokenizer``);
-- a randomly initialised Qwen2-architecture model (``--preset 0.5b``: Qwen2.5-0.5B's widths with more
-  layers to make up for the smaller vocabulary, about 0.5B parameters; ``--preset tiny``: a few M);
+Everything is built in-process, with no hub and no network, by the library:
+- a byte-level BPE tokenizer trained on the repository's own texts and the rendered prompts
+  (``kevin.policy.builders.build_tokenizer`` on ``kevin.rollout.replay.tokenizer_corpus``);
+- a randomly initialised Qwen2-architecture model (``kevin.policy.builders``: ``--preset 0.5b``,
+  Qwen2.5-0.5B's widths with more layers to make up for the smaller vocabulary, about 0.5B parameters;
+  ``--preset tiny``: a few M);
 - the real pieces of training: ``HFPolicy`` samples, the real ``Evaluator`` compiles and times the
   kernels (inline CUDA on ``--backend cuda``, inline C++ on ``--backend cpu``), ``train_step`` builds
   the samples and ``GRPOTrainer.update`` makes ``--grad-steps`` optimiser steps.
 
-THE ORACLE. A random model never writes a parseable kernel, so every reward and every advantage would be
-0 and the update would train on nothing. With ``--oracle-share s`` (default 0.5) the first
-round(s x m) trajectories of every task do not sample from the model: their response, every turn, is
-the task's bundled reference solution (data/solutions/BACKEND/levelN/NAME.py) in a ```python block
-followed by a one-line summary, REPLAYED as if the model had written it. The real evaluator judges
-those real kernels, so rewards and advantages are non-zero, and the trainer tokenizes the replayed
-text and computes its log-probs itself, as for any backend that returns no token ids. Generation
-figures count only the model's own samples. ``--oracle-share 0`` is the pure model run.
+THE ORACLE (``kevin.rollout.replay.ReplayPolicy``). A random model never writes a parseable kernel, so every
+reward and advantage would be 0. With ``--oracle-share s`` (default 0.5) the first round(s x m) trajectories
+of every task replay the task's bundled reference solution every turn; the real evaluator judges those real
+kernels and the trainer computes their log-probs itself. Generation figures count only the model's own
+samples. ``--oracle-share 0`` is the pure model run. This script only parses arguments, times the phases and
+writes the report.
 
 Figures: seconds per phase (generation, evaluation, update, total), generated tokens/s, update tokens/s,
 peak GPU memory, rewards per turn, verdict counts and each optimiser step's metrics; printed, and with
@@ -49,21 +47,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 DEFAULT_TASKS = "level1/01_relu,level2/01_linear_relu_add_bias"
 
-# Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864, a 151936-token tied vocabulary:
-# 494,032,768 parameters. With our smaller vocabulary the layer count is raised to come close to that.
-QWEN25_05B_PARAMS = 494_032_768
-PRESETS: dict[str, dict[str, int]] = {
-    "0.5b": {"hidden": 896, "layers": 0, "heads": 14, "kv_heads": 2, "intermediate": 4864, "max_new_tokens": 512},
-    "tiny": {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 384, "max_new_tokens": 32},
-}
-"""layers 0 = as many as bring the parameter count closest to Qwen2.5-0.5B's."""
-
-SPECIAL_TOKENS = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
-ORACLE_SUMMARY = "Replayed reference solution (benchmark oracle): the bundled kernel for this task, not a model sample."
 
 log = logging.getLogger("bench_train_step")
 
@@ -73,6 +56,8 @@ log = logging.getLogger("bench_train_step")
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    from kevin.policy.builders import PRESETS
+
     ap.add_argument("--preset", choices=sorted(PRESETS), default="0.5b", help="model size (default 0.5b)")
     ap.add_argument("--layers", type=int, default=0, help="override the preset's layer count")
     ap.add_argument("--vocab-size", type=int, default=16384, help="tokenizer + embedding size (default 16384)")
@@ -135,7 +120,9 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     except KeyError as exc:
         ap.error(str(exc.args[0]))
     if args.oracle_share > 0:
-        missing = [t.task_id for t in args.task_list if not reference_solution_path(t, args.backend).is_file()]
+        from kevin.tasks import bundled_solution_path
+
+        missing = [t.task_id for t in args.task_list if not bundled_solution_path(t, args.backend).is_file()]
         if missing:
             ap.error(f"no bundled {args.backend} reference solution for {missing} (needed by the oracle); "
                      "pick other --tasks or use --oracle-share 0")
@@ -143,6 +130,8 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error(f"--workdir {args.workdir} is not empty: train_step would resume the rollout found there instead "
                  "of generating one; give an empty or new folder")
     if args.max_new_tokens == 0:
+        from kevin.policy.builders import PRESETS
+
         args.max_new_tokens = PRESETS[args.preset]["max_new_tokens"]
 
 
@@ -165,116 +154,6 @@ def select_tasks(spec: str) -> list[Any]:
     if len(set(ids)) != len(ids):
         raise KeyError(f"--tasks names a task twice: {ids}")
     return chosen
-
-
-def reference_solution_path(task: Any, backend: str) -> Path:
-    """Where the bundled reference solution of ``task`` lives (the same layout as kevin.evaluation.candidates)."""
-    from kevin.tasks import bundled_solutions_dir
-
-    return bundled_solutions_dir(backend) / f"level{task.level}" / f"{task.name}.py"
-
-
-# ------------------------------------------------------------------------------ tokenizer
-
-
-def tokenizer_corpus(tasks: Sequence[Any], backend: str, profile: str) -> list[str]:
-    """Texts the tokenizer learns from: every bundled task and reference solution, and the prompts
-    (first turn and a later turn) of ``tasks``, so the prompt's own wording gets merged tokens too."""
-    from kevin.rollout.prompts import Attempt, resolved_profile, turn_user_message
-
-    files = sorted((REPO / "data" / "tasks").rglob("*.py")) + sorted((REPO / "data" / "solutions").rglob("*.py"))
-    texts = [f.read_text(encoding="utf-8") for f in files]
-    prof = resolved_profile(backend, profile)
-    for task in tasks:
-        source = task.render(prof)
-        texts.append(turn_user_message(source, backend, []))
-        later = Attempt(turn=0, kernel=source, summary="A summary.", feedback="Correct; 1.0x the reference.")
-        texts.append(turn_user_message(source, backend, [later]))
-    return texts
-
-
-def build_tokenizer(texts: Sequence[str], vocab_size: int = 16384) -> Any:
-    """A byte-level BPE chat tokenizer trained in-process on ``texts`` (no hub, no network).
-
-    The BPE merges are learned from ``texts``; a small corpus runs out of merges well before
-    ``vocab_size`` (every word of it already one token), so the rest of the table is filled with
-    reserved special tokens ``<|reserved_k|>``, as released models reserve unused rows: the
-    tokenizer's length then equals the model's vocabulary, and any id a random model samples decodes
-    (reserved ones to nothing, being special). Byte-level, so any text round-trips.
-
-    Returns a ``transformers.PreTrainedTokenizerFast`` with pad ``<|pad|>``, eos ``<|end|>`` and a chat
-    template that writes each message as ``<|role|>\\nTEXT<|end|>\\n`` and opens the reply with
-    ``<|assistant|>\\n``, so ``apply_chat_template`` works and a reply ends at ``<|end|>``.
-    """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    core.train_from_iterator(list(texts), trainer=trainer)
-    learned = core.get_vocab_size()
-    reserved = [AddedToken(f"<|reserved_{i}|>", special=True) for i in range(vocab_size - learned)]
-    if reserved:
-        core.add_special_tokens(reserved)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|pad|>", eos_token="<|end|>",
-                                  additional_special_tokens=SPECIAL_TOKENS[2:])
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
-
-
-def learned_tokens(tokenizer: Any) -> int:
-    """Tokens the BPE learned (bytes, merges, our special tokens): all but the reserved padding."""
-    return sum(not t.startswith("<|reserved_") for t in tokenizer.get_vocab())
-
-
-# ------------------------------------------------------------------------------ model
-
-
-def model_config(preset: str, vocab_size: int, tokenizer: Any, layers: int = 0) -> Any:
-    """A Qwen2 config for ``preset`` (0.5b: layers chosen to land nearest Qwen2.5-0.5B's parameter count)."""
-    from transformers import Qwen2Config
-
-    p = PRESETS[preset]
-
-    def make(n_layers: int) -> Any:
-        cfg = Qwen2Config(
-            vocab_size=vocab_size, hidden_size=p["hidden"], intermediate_size=p["intermediate"],
-            num_hidden_layers=n_layers, num_attention_heads=p["heads"], num_key_value_heads=p["kv_heads"],
-            max_position_embeddings=32768, tie_word_embeddings=True, use_sliding_window=False,
-            pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None,
-        )
-        cfg._attn_implementation = "sdpa"
-        return cfg
-
-    n = layers or p["layers"]
-    if not n:
-        one, two = count_parameters_meta(make(1)), count_parameters_meta(make(2))
-        per_layer, base = two - one, 2 * one - two
-        n = max(1, round((QWEN25_05B_PARAMS - base) / per_layer))
-    return make(n)
-
-
-def count_parameters_meta(config: Any) -> int:
-    """Parameter count of a config's model, built on the meta device (no memory, no init)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    with torch.device("meta"):
-        return sum(p.numel() for p in Qwen2ForCausalLM(config).parameters())
-
-
-def build_model(config: Any, device: str, seed: int) -> Any:
-    """Random-init float32 model, initialised directly on ``device`` (a 0.5B init on CPU takes a while)."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = Qwen2ForCausalLM(config)
-    return model.float()
 
 
 # ------------------------------------------------------------------------------ timed wrappers
@@ -318,72 +197,53 @@ class PeakMemory:
 
 
 @dataclass
-class OracleMixGenerate:
-    """A ``Generate`` that replays reference solutions for the first ``oracle_per_task`` trajectories of
-    each task and samples the others from ``policy`` (timed, with their token count).
-
-    run_rollouts asks for every live trajectory of a turn in ONE call, ordered task by task and, within a
-    task, by trajectory index (it builds its trajectories as ``for task in tasks: for j in range(m)``).
-    With no early stopping every trajectory is live each turn, so prompt i belongs to task i // m,
-    trajectory i % m. That order is checked on every call: the prompt must contain its task's source.
-    """
+class TimedGenerate:
+    """The model's sampler, timed per call with its peak GPU memory (the replayed responses cost nothing)."""
 
     policy: Any
-    tasks: Sequence[Any]
-    trajectories: int
-    oracle_per_task: int
-    oracle_texts: dict[str, str]
-    task_sources: dict[str, str]
     memory: PeakMemory
-    calls: list[dict[str, float]] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
     peak_gb: float = 0.0
 
     @property
-    def config(self) -> Any:  # train_step checks the sampling temperature against the trainer's
+    def config(self) -> Any:
         return self.policy.config
 
     @property
     def tokenizer(self) -> Any:
         return self.policy.tokenizer
 
-    def __call__(self, prompts: list[str]) -> list[Any]:
-        from kevin.rollout.loop import GenerationOut
+    @property
+    def max_response_tokens(self) -> int:
+        return self.policy.max_response_tokens
 
-        expected = len(self.tasks) * self.trajectories
-        if len(prompts) != expected:
-            raise RuntimeError(f"expected {expected} prompts (every trajectory live: no early stopping), got "
-                               f"{len(prompts)}; the oracle cannot tell which prompt is which trajectory")
-        outs: list[Any] = [None] * len(prompts)
-        sampled: list[int] = []
-        for i, prompt in enumerate(prompts):
-            task = self.tasks[i // self.trajectories]
-            if self.task_sources[task.task_id] not in prompt:
-                raise RuntimeError(f"prompt {i} does not hold the source of {task.task_id}: run_rollouts' prompt "
-                                   "order changed; fix OracleMixGenerate's position mapping")
-            if i % self.trajectories < self.oracle_per_task:
-                outs[i] = GenerationOut(text=self.oracle_texts[task.task_id])  # no ids: the trainer tokenizes
-            else:
-                sampled.append(i)
-        seconds, tokens = 0.0, 0
-        if sampled:
-            _sync(self.memory.device)
-            self.memory.reset()
-            start = time.perf_counter()
-            generated = self.policy([prompts[i] for i in sampled])
-            _sync(self.memory.device)
-            seconds = time.perf_counter() - start
-            self.peak_gb = max(self.peak_gb, self.memory.read())
-            for i, out in zip(sampled, generated):
-                outs[i] = out
-                tokens += len(out.token_ids)
-        self.calls.append({"prompts": float(len(prompts)), "sampled": float(len(sampled)), "tokens": float(tokens),
-                           "seconds": seconds})
+    def set_max_response_tokens(self, tokens: int) -> None:
+        self.policy.set_max_response_tokens(tokens)
+
+    def __call__(self, prompts: list[Any]) -> list[Any]:
+        _sync(self.memory.device)
+        self.memory.reset()
+        start = time.perf_counter()
+        outs = self.policy(prompts)
+        _sync(self.memory.device)
+        self.seconds.append(time.perf_counter() - start)
+        self.peak_gb = max(self.peak_gb, self.memory.read())
         return outs
 
 
-def oracle_response(source: str) -> str:
-    """A response in the shape the prompt asks for: the solution in one ```python block, then a summary."""
-    return f"```python\n{source.rstrip()}\n```\n\n{ORACLE_SUMMARY}"
+@dataclass
+class GenerationFigures:
+    """Per generation call of the step: prompts, sampled, tokens, seconds; and the generation's peak memory."""
+
+    calls: list[dict[str, float]]
+    peak_gb: float
+
+
+def generation_calls(replay: Any, sampler: TimedGenerate) -> GenerationFigures:
+    """The replay's per-call counts with the sampler's seconds (a call that sampled nothing took none)."""
+    timings = iter(sampler.seconds)
+    calls = [dict(c, seconds=next(timings) if c["sampled"] else 0.0) for c in replay.calls]
+    return GenerationFigures(calls, sampler.peak_gb)
 
 
 @dataclass
@@ -447,46 +307,43 @@ def prewarm(evaluator: Any, tasks: Sequence[Any]) -> float:
     return time.perf_counter() - start
 
 
-def longest_oracle_tokens(tokenizer: Any, oracle_texts: dict[str, str]) -> int:
-    """Completion length of the longest replayed response, EOS included (as build_samples tokenizes it)."""
-    return max((len(tokenizer.encode(t, add_special_tokens=False)) + 1 for t in oracle_texts.values()), default=0)
-
-
 def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     """Build everything, run one train_step, and return the figures (see ``summarise``)."""
+    from kevin.policy.builders import build_model, build_tokenizer, learned_tokens, model_config
     from kevin.policy.hf import HFPolicy, SamplingConfig
     from kevin.rewards import RewardConfig
     from kevin.rollout.config import RolloutConfig
     from kevin.rollout.prompts import resolved_profile
+    from kevin.rollout.replay import ReplayPolicy, longest_response_tokens, reference_responses, tokenizer_corpus
     from kevin.training.config import TrainConfig
     from kevin.training.loss import LossConfig
+    from kevin.training.rng import seed_everything
     from kevin.training.step import train_step
     from kevin.training.trainer import GRPOTrainer
 
     tasks = args.task_list
     setup: dict[str, float] = {}
+    seed_everything(args.seed)  # the entry point seeds: the model's initial weights (and LoRA factors) repeat
 
     t = time.perf_counter()
     tokenizer = build_tokenizer(tokenizer_corpus(tasks, args.backend, args.profile), args.vocab_size)
     setup["tokenizer"] = time.perf_counter() - t
     log.info("tokenizer: %d tokens (%d learned) in %.1f s", len(tokenizer), learned_tokens(tokenizer),
-                setup["tokenizer"])
+             setup["tokenizer"])
 
     t = time.perf_counter()
     config = model_config(args.preset, len(tokenizer), tokenizer, args.layers)
-    model = build_model(config, args.device, args.seed)
+    model = build_model(config, args.device)
     setup["model"] = time.perf_counter() - t
     n_params = sum(p.numel() for p in model.parameters())
     log.info("model: Qwen2 %d layers, %s parameters, built in %.1f s", config.num_hidden_layers,
-                f"{n_params:,}", setup["model"])
+             f"{n_params:,}", setup["model"])
 
     profile = resolved_profile(args.backend, args.profile)
-    oracle_texts = {t.task_id: oracle_response(reference_solution_path(t, args.backend).read_text(encoding="utf-8"))
-                    for t in tasks} if args.oracle_share > 0 else {}
     oracle_per_task = math.floor(args.oracle_share * args.trajectories + 0.5)  # half rounds up, not to even
-    # The Dr-GRPO constant is the generation's max new tokens; replayed responses may be longer, and the
-    # trainer refuses completions over it, so it covers them too.
-    max_completion = max(args.max_new_tokens, longest_oracle_tokens(tokenizer, oracle_texts))
+    replayed = reference_responses(tasks, args.backend) if oracle_per_task else {}
+    # The Dr-GRPO constant is the longest response of the step: the generation limit, or a longer replayed one.
+    max_completion = max(args.max_new_tokens, longest_response_tokens(tokenizer, replayed))
 
     train_cfg = TrainConfig(
         lr=args.lr, warmup_ratio=0.0, total_steps=1, grad_steps=args.grad_steps, micro_batch_size=args.micro_batch,
@@ -498,10 +355,11 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     trainer = GRPOTrainer(model, train_cfg, tokenizer=tokenizer)
     trainable = sum(p.numel() for p in trainer.params)
     memory = PeakMemory(args.device)
-    policy = HFPolicy(trainer.model, tokenizer, SamplingConfig(
-        temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, seed=args.seed))
-    generate = OracleMixGenerate(policy, tasks, args.trajectories, oracle_per_task, oracle_texts,
-                                 {t.task_id: t.render(profile) for t in tasks}, memory)
+    sampler = TimedGenerate(HFPolicy(trainer.model, tokenizer, SamplingConfig(
+        temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, seed=args.seed)),
+        memory)
+    generate = ReplayPolicy(sampler, tasks, args.trajectories, oracle_per_task, replayed,
+                            {t.task_id: t.render(profile) for t in tasks})
 
     cache = Path(args.cache) if args.cache else scratch / "cache"
     evaluator = build_evaluator(args, cache)
@@ -511,7 +369,7 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
     rollout_cfg = RolloutConfig(trajectories=args.trajectories, turns=args.turns, backend=args.backend,
                                 profile=args.profile, max_prompt_tokens=args.max_prompt_tokens,
-                                early_stop_speedup=None)  # no early stop: the oracle maps prompts by position
+                                early_stop_speedup=None)  # no early stop: the replay maps prompts by position
     workdir = Path(args.workdir) if args.workdir else scratch / "step"
     _sync(args.device)
     memory.reset()
@@ -526,8 +384,8 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     return summarise(
         args=args, tokenizer=tokenizer, config=config, n_params=n_params, trainable=trainable,
         max_completion=max_completion, oracle_per_task=oracle_per_task, profile=profile, setup=setup,
-        generate=generate, evaluate=evaluate, trainer=timed_trainer, result=result, total=total,
-        peak_gb=memory.overall_gb, device_label=device_name(args.device), hardware=evaluator.hardware,
+        generate=generation_calls(generate, sampler), evaluate=evaluate, trainer=timed_trainer, result=result,
+        total=total, peak_gb=memory.overall_gb, device_label=device_name(args.device), hardware=evaluator.hardware,
     )
 
 
@@ -593,9 +451,11 @@ def task_table(result: Any, oracle_per_task: int) -> list[dict[str, Any]]:
 
 def summarise(*, args: argparse.Namespace, tokenizer: Any, config: Any, n_params: int, trainable: int,
               max_completion: int, oracle_per_task: int, profile: str, setup: dict[str, float],
-              generate: OracleMixGenerate, evaluate: TimedEvaluate, trainer: TimedTrainer, result: Any,
+              generate: GenerationFigures, evaluate: TimedEvaluate, trainer: TimedTrainer, result: Any,
               total: float, peak_gb: float, device_label: str, hardware: str) -> dict[str, Any]:
     """Every figure of the run as one JSON-able dict (the markdown report is rendered from it)."""
+    from kevin.policy.builders import learned_tokens
+
     gen_s = sum(c["seconds"] for c in generate.calls)
     gen_tokens = int(sum(c["tokens"] for c in generate.calls))
     eval_s = sum(c["seconds"] for c in evaluate.calls)

@@ -24,7 +24,7 @@ def _die(message: str) -> None:
 
 
 def _config(backend: str, profile: str, timing_trials: int, correctness_trials: int, params: Optional[Path]):
-    from kevin.config import eval_config_from_params
+    from kevin.params import eval_config_from_params
 
     try:
         return eval_config_from_params(params, backend=backend, profile=profile, timing_trials=timing_trials,

@@ -1,6 +1,6 @@
 """Collapse monitors: cheap indicators that a run is degenerating, and typed alerts when one crosses a limit.
 
-Why these indicators (RECIPE.md section 1): Kevin's training eventually collapses into repetitive junk.
+Why these indicators (docs/recipe.md §6): Kevin's training eventually collapses into repetitive junk.
 The leading indicator was the "Not Okay Ratio", the share of responses whose reasoning no longer starts
 with the base model's habitual opening ("Okay," for QwQ); it rose about 15 steps before junk appeared,
 and junk showed first in the last turn. We track that ratio, a per-response junk score, response length,
@@ -14,18 +14,29 @@ What this module does and does not do:
 - No side effects at import and no logging setup; alerts are logged through `logging` at most, and are
   plain frozen dataclasses so flows (Prefect notifications) and tracking (MLflow) can consume them.
 
-Junk score (`junk_breakdown`), per response, on casefolded whitespace-separated words:
-- ``ngram_repeat``: share of the word n-grams (n = `ngram_size`) that repeat an n-gram seen earlier in
-  the same response, i.e. 1 - distinct / total. Prose and code score low (most 4-grams are new);
-  two copies of a block score about 0.5, "the the the ..." close to 1.
+Junk score (`junk_breakdown`), per response. Collapse junk takes a few forms (repeated tokens or phrases, loops
+that run until the length limit, mixed-script gibberish, broken bytes), while an honest kernel response
+repeats itself in one way (its code: a draft in the reasoning, a revision, the final file). Each measure is a
+share in [0, 1], and the score is the largest, so it reads as "at least this share of the response is junk":
+- ``ngram_repeat``: share of the word n-grams (n = `ngram_size`, words casefolded) that repeat an earlier one.
+  An n-gram that occurs inside closed ```fenced``` code may occur `code_copies` times (draft, revision,
+  final) before it counts: an honest response with three copies of its kernel is not junk; a fourth copy,
+  or prose pasted again, is.
 - ``run_share``: share of the words covered by the longest stretch that is one block of p words
-  (1 <= p <= `max_period`) repeated back to back at least twice. A lone coincidental match at distance p
-  is not a run: the whole block must repeat. "a b a b a b" has run_share 1.
-- ``nonprintable``: share of characters that are neither printable nor ordinary whitespace (\\n, \\t, \\r),
-  plus U+FFFD, the replacement character broken token decoding leaves behind.
-The score is the largest of the three, so any one form of junk dominates and the number reads as "at least
-this share of the response is degenerate". Limits: junk without whitespace ("!!!!!!!!", one endless
-token) is not seen by the word measures; it shows up as truncation and length instead.
+  (1 <= p <= `max_period`) repeated back to back at least twice ("a b a b a b": 1).
+- ``tail_loop``: share of the last `tail_words` words covered by a back-to-back repetition that runs to the
+  very end (blocks of up to 256 words: a repeated paragraph too, once it is there three times): a response
+  that fell into a loop and went on until the length limit, however long its honest start.
+- ``char_run``: share of the characters inside a block of at most 16 characters repeated back to back at
+  least 4 times over 32 characters or more ("!!!!!!!!", "))))))))", "kernelkernelkernel"): junk with no
+  spaces, which the word measures cannot see.
+- ``script_mix``: share of the words with letters that sit in a run of 8 such words using three or more
+  writing systems (Latin, CJK, Cyrillic, Arabic, Thai, Hangul, ...), over the whole text or its last
+  `tail_words` words: gibberish sampled from a multilingual vocabulary. Two systems never count: a model that
+  drifts into Chinese in its reasoning (QwQ does) is not junk.
+- ``nonprintable``: share of characters that are neither printable nor ordinary whitespace, plus U+FFFD.
+Limits: word salad in one script without repetition ("ocrats gdx avent ortheast") is not seen; it shows up
+as parse errors, truncation and length instead.
 """
 
 from __future__ import annotations
@@ -40,6 +51,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from kevin.rollout.parsing import find_code_blocks
 from kevin.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -61,6 +74,21 @@ CALIBRATION_METRICS = ("opening_share",)
 METRICS = TEXT_METRICS + TRAIN_METRICS
 # Metrics that are shares, so their thresholds must lie in [0, 1].
 RATIO_METRICS = frozenset({"not_okay_ratio", "junk_mean", "junk_max", "junk_share", "truncated_share", "clip_fraction"})
+# Metrics also computed per turn (``junk_share/turn3``, ``junk_share/last_turn``): junk shows first in the last turn.
+PER_TURN_METRICS = ("not_okay_ratio", "junk_share")
+_PER_TURN_KEY = re.compile(r"^(?P<metric>[a-z_]+)/(?:turn(?P<turn>\d+)|last_turn)$")
+
+
+def base_metric(key: str) -> str | None:
+    """The metric a history key measures (``junk_share/turn3`` -> ``junk_share``), or None for an unknown key.
+    Per-turn keys exist for PER_TURN_METRICS: ``<metric>/turn<t>`` (0-based turn t) and ``<metric>/last_turn``
+    (the highest turn of the step's batch)."""
+    if key in METRICS:
+        return key
+    match = _PER_TURN_KEY.match(key)
+    if match and match.group("metric") in PER_TURN_METRICS:
+        return match.group("metric")
+    return None
 
 # One line per metric, appended to alert messages so a notification says what the number means.
 HINTS = {
@@ -165,19 +193,50 @@ class JunkBreakdown:
     ngram_repeat: float
     run_share: float
     nonprintable: float
+    tail_loop: float = 0.0
+    char_run: float = 0.0
+    script_mix: float = 0.0
 
     @property
     def score(self) -> float:
-        return max(self.ngram_repeat, self.run_share, self.nonprintable)
+        return max(self.ngram_repeat, self.run_share, self.nonprintable, self.tail_loop, self.char_run,
+                   self.script_mix)
 
 
-def repeated_ngram_share(words: Sequence[str], n: int) -> float:
-    """1 - distinct/total over the word n-grams; 0 when there are no n-grams (fewer than n words)."""
+def repeated_ngram_share(words: Sequence[str], n: int, in_code: Sequence[bool] | None = None,
+                         code_copies: int = 1) -> float:
+    """Share of the word n-grams that repeat an earlier occurrence; 0 when there are none (fewer than n words).
+
+    ``in_code`` (one flag per word) marks words inside closed fenced code: an n-gram lying entirely in code
+    may occur ``code_copies`` times before its later copies count as repeats (1 = plain 1 - distinct/total)."""
     total = len(words) - n + 1
     if total <= 0:
         return 0.0
-    distinct = len({tuple(words[i:i + n]) for i in range(total)})
-    return 1.0 - distinct / total
+    counts: Counter[tuple[str, ...]] = Counter()
+    coded: set[tuple[str, ...]] = set()
+    for i in range(total):
+        gram = tuple(words[i:i + n])
+        counts[gram] += 1
+        if in_code is not None and all(in_code[i:i + n]):
+            coded.add(gram)
+    repeats = sum(max(0, c - (code_copies if g in coded else 1)) for g, c in counts.items())
+    return repeats / total
+
+
+def words_and_code_flags(text: str) -> tuple[list[str], list[bool]]:
+    """Casefolded words, and for each whether it lies inside a CLOSED fenced code block (fences as the response
+    parser reads them). An unclosed block (a response cut off inside code) is not code here: a loop that runs
+    until the length limit is exactly what must still count."""
+    spans = [(b.start, b.end) for b in find_code_blocks(text) if b.terminated]
+    words: list[str] = []
+    flags: list[bool] = []
+    k = 0
+    for match in re.finditer(r"\S+", text):
+        while k < len(spans) and spans[k][1] <= match.start():
+            k += 1
+        words.append(match.group().casefold())
+        flags.append(k < len(spans) and spans[k][0] <= match.start())
+    return words, flags
 
 
 def longest_repeat_run(words: Sequence[str], max_period: int) -> int:
@@ -200,6 +259,82 @@ def longest_repeat_run(words: Sequence[str], max_period: int) -> int:
     return best
 
 
+def tail_loop_share(words: Sequence[str], max_period: int, tail_words: int = 96, long_period: int = 256) -> float:
+    """Share of the last ``tail_words`` words covered by a back-to-back repetition that runs to the end of the
+    text: a loop the length limit cut off. Blocks of up to ``max_period`` words must repeat once (two copies),
+    longer ones, up to ``long_period`` words (a paragraph), twice (three copies)."""
+    n = len(words)
+    window = min(n, tail_words)
+    best = 0
+    for p in range(1, min(long_period, n // 2) + 1):
+        matches = 0
+        for i in range(n - 1, p - 1, -1):  # backwards from the last word while word[i] == word[i - p]
+            if words[i] != words[i - p]:
+                break
+            matches += 1
+        if matches >= (p if p <= max_period else 2 * p):
+            best = max(best, min(window, matches + p))
+    return best / window if window else 0.0
+
+
+_CHAR_RUN = re.compile(r"(.{1,16}?)\1{3,}", re.DOTALL)
+CHAR_RUN_MIN = 32
+"""Characters a back-to-back repetition must span to count (indentation and short rules stay below it)."""
+
+
+def char_run_share(text: str) -> float:
+    """Share of characters inside blocks of at most 16 characters repeated back to back 4+ times over at least
+    CHAR_RUN_MIN characters ("!!!!...", "kernelkernel..."); whitespace-only runs (indentation) never count."""
+    if not text:
+        return 0.0
+    covered = sum(len(m.group()) for m in _CHAR_RUN.finditer(text)
+                  if len(m.group()) >= CHAR_RUN_MIN and m.group(1).strip())
+    return covered / len(text)
+
+
+_SCRIPT_ALIASES = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "FULLWIDTH": "LATIN", "HALFWIDTH": "CJK"}
+_SCRIPT_CACHE: dict[str, str] = {}
+
+
+def _script(ch: str) -> str:
+    """The writing system of a letter: the first word of its Unicode name (LATIN, CJK, CYRILLIC, ...)."""
+    found = _SCRIPT_CACHE.get(ch)
+    if found is None:
+        name = unicodedata.name(ch, "UNKNOWN").split(" ")[0]
+        found = _SCRIPT_CACHE[ch] = _SCRIPT_ALIASES.get(name, name)
+    return found
+
+
+def _word_scripts(word: str) -> set[str]:
+    if word.isascii():
+        return {"LATIN"} if any(c.isalpha() for c in word) else set()
+    return {_script(c) for c in word if c.isalpha()}
+
+
+SCRIPT_WINDOW = 8
+"""Lettered words per window of the script-mix measure."""
+
+
+def script_mix_share(text: str, tail_words: int = 96) -> float:
+    """Share of the words with letters that lie in a window of SCRIPT_WINDOW such words using three or more
+    writing systems (CJK counts as one): the larger of that share over the whole text and over its last
+    ``tail_words`` lettered words (gibberish that took over at the end). Two systems never count, so a model
+    that mixes Chinese into English reasoning, even within a word, is not junk; 0 without lettered words."""
+    scripts = [sc for sc in (_word_scripts(w) for w in text.split()) if sc]
+
+    def share(families: list[set[str]]) -> float:
+        if not families:
+            return 0.0
+        marked = [False] * len(families)
+        for i in range(max(1, len(families) - SCRIPT_WINDOW + 1)):
+            window = families[i:i + SCRIPT_WINDOW]
+            if len(set().union(*window)) >= 3:
+                marked[i:i + len(window)] = [True] * len(window)
+        return sum(marked) / len(families)
+
+    return max(share(scripts), share(scripts[-tail_words:]))
+
+
 def nonprintable_share(text: str) -> float:
     """Share of characters that are not printable (ordinary whitespace excepted) or are U+FFFD."""
     if not text:
@@ -208,20 +343,25 @@ def nonprintable_share(text: str) -> float:
     return bad / len(text)
 
 
-def junk_breakdown(text: str, ngram_size: int = 4, max_period: int = 32) -> JunkBreakdown:
-    """The three junk measures of one response (words are casefolded, so "The the" repeats)."""
-    words = text.casefold().split()
+def junk_breakdown(text: str, ngram_size: int = 4, max_period: int = 32, code_copies: int = 3,
+                   tail_words: int = 96) -> JunkBreakdown:
+    """The junk measures of one response (words are casefolded, so "The the" repeats)."""
+    words, in_code = words_and_code_flags(text)
     run = longest_repeat_run(words, max_period)
     return JunkBreakdown(
-        ngram_repeat=repeated_ngram_share(words, ngram_size),
+        ngram_repeat=repeated_ngram_share(words, ngram_size, in_code, code_copies),
         run_share=run / len(words) if words else 0.0,
         nonprintable=nonprintable_share(text),
+        tail_loop=tail_loop_share(words, max_period, tail_words),
+        char_run=char_run_share(text),
+        script_mix=script_mix_share(text, tail_words),
     )
 
 
-def junk_score(text: str, ngram_size: int = 4, max_period: int = 32) -> float:
-    """Junk score of one response in [0, 1]: the largest of its three measures (low for normal text)."""
-    return junk_breakdown(text, ngram_size, max_period).score
+def junk_score(text: str, ngram_size: int = 4, max_period: int = 32, code_copies: int = 3,
+               tail_words: int = 96) -> float:
+    """Junk score of one response in [0, 1]: the largest of its measures (low for honest responses)."""
+    return junk_breakdown(text, ngram_size, max_period, code_copies, tail_words).score
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -238,13 +378,16 @@ def text_metrics(
     ngram_size: int = 4,
     max_period: int = 32,
     junk_response_threshold: float = 0.6,
+    code_copies: int = 3,
+    tail_words: int = 96,
 ) -> dict[str, float]:
     """One step's response metrics (names in TEXT_METRICS). A metric that cannot be computed (no responses,
     no opening yet, no flags, no token counts) is left out rather than set to None, so the row can go
     straight to a plot or to MLflow's log_metrics.
 
     With ``turns`` (each response's turn index) the row also gets ``not_okay_ratio/turn{t}`` and
-    ``junk_share/turn{t}``, because collapse shows first in the last turn.
+    ``junk_share/turn{t}`` for every turn, and the same for the highest turn as ``.../last_turn``, because
+    collapse shows first in the last turn.
     """
     n = len(responses)
     for name, seq in (("truncated_flags", truncated_flags), ("token_counts", token_counts), ("turns", turns)):
@@ -253,7 +396,7 @@ def text_metrics(
     if n == 0:
         return {}
     # Per-response values, computed once and shared by the batch and the per-turn summaries.
-    scores = [junk_score(r, ngram_size, max_period) for r in responses]
+    scores = [junk_score(r, ngram_size, max_period, code_copies, tail_words) for r in responses]
     is_junk = [s >= junk_response_threshold for s in scores]
     not_okay = [not starts_with_opening(r, opening) for r in responses] if opening is not None else None
 
@@ -269,11 +412,14 @@ def text_metrics(
     if truncated_flags is not None:
         out["truncated_share"] = sum(bool(f) for f in truncated_flags) / n
     if turns is not None:
+        last = max(turns)
         for turn in sorted(set(turns)):
             idx = [i for i, t in enumerate(turns) if t == turn]
-            if not_okay is not None:
-                out[f"not_okay_ratio/turn{turn}"] = sum(not_okay[i] for i in idx) / len(idx)
-            out[f"junk_share/turn{turn}"] = sum(is_junk[i] for i in idx) / len(idx)
+            names = [f"turn{turn}"] + (["last_turn"] if turn == last else [])
+            for name in names:
+                if not_okay is not None:
+                    out[f"not_okay_ratio/{name}"] = sum(not_okay[i] for i in idx) / len(idx)
+                out[f"junk_share/{name}"] = sum(is_junk[i] for i in idx) / len(idx)
     return out
 
 
@@ -283,9 +429,11 @@ def text_metrics(
 
 def _default_max_thresholds() -> dict[str, float]:
     # Starting points, not tuned constants: QwQ opens with "Okay," almost always, so 20% is far off its
-    # habit; a tenth of the batch being junk is already visible collapse; the KL / clip limits are loose
-    # warnings for the paper's 2 gradient steps per batch with clip range 0.2 / 0.28.
-    return {"not_okay_ratio": 0.2, "junk_share": 0.1, "truncated_share": 0.5, "clip_fraction": 0.3, "approx_kl": 0.1}
+    # habit; a tenth of the batch being junk is already visible collapse; junk shows first in the last turn,
+    # where a fifth of the responses being junk is an early warning (it stops nothing by default); the KL /
+    # clip limits are loose warnings for the paper's 2 gradient steps per batch with clip range 0.2 / 0.28.
+    return {"not_okay_ratio": 0.2, "junk_share": 0.1, "junk_share/last_turn": 0.2, "truncated_share": 0.5,
+            "clip_fraction": 0.3, "approx_kl": 0.1}
 
 
 @dataclass
@@ -312,16 +460,24 @@ class MonitorConfig(Settings):
     """Longest block (in words) the junk score's repeated-run measure looks for; cost grows linearly with it."""
 
     junk_response_threshold: float = 0.6
-    """A response whose junk score is >= this counts as junk in `junk_share`. Above 0.5 on purpose: a response
-    that is little more than its kernel written twice (a draft in the reasoning, the final code after it)
-    scores about 0.5 and is not junk; three copies score about 0.67."""
+    """A response whose junk score is >= this counts as junk in `junk_share`. Honest responses score far below
+    it (repeated code within `code_copies` is allowed); repeated tokens, loops and gibberish score near 1."""
+
+    code_copies: int = 3
+    """How often an n-gram of closed fenced code may occur before its copies count as junk: a draft in the
+    reasoning, a revision and the final file are honest, a fourth copy is not."""
+
+    tail_words: int = 96
+    """Words at the end of a response that the tail measures read (a loop or gibberish that ran until the
+    length limit is junk however long the honest start before it)."""
 
     max_thresholds: dict[str, float] = field(default_factory=_default_max_thresholds)
-    """Alert when a metric is ABOVE its value (strictly); keys from METRICS."""
+    """Alert when a metric is ABOVE its value (strictly); keys from METRICS, or per turn for PER_TURN_METRICS:
+    ``junk_share/turn3`` (0-based turn 3), ``junk_share/last_turn`` (each step's highest turn)."""
 
     min_thresholds: dict[str, float] = field(default_factory=dict)
     """Alert when a metric is BELOW its value (strictly), e.g. {"entropy": 0.05} for entropy collapse or
-    {"mean_tokens": 200} for a length collapse; keys from METRICS."""
+    {"mean_tokens": 200} for a length collapse; keys as in max_thresholds."""
 
     stop_on: list[str] = field(default_factory=lambda: ["junk_share"])
     """Metrics whose alerts stop training (after `patience` steps in a row); each needs a threshold. Not-Okay
@@ -340,7 +496,7 @@ class MonitorConfig(Settings):
                 "expected_opening is blank; set it to the text the reasoning starts with (e.g. 'Okay,' for QwQ) "
                 "or to None to calibrate it from the first batch"
             )
-        for name in ("opening_words", "ngram_size", "max_period", "patience"):
+        for name in ("opening_words", "ngram_size", "max_period", "patience", "code_copies", "tail_words"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
         if not isinstance(self.min_steps, int) or self.min_steps < 0:
@@ -354,11 +510,13 @@ class MonitorConfig(Settings):
         for table_name in ("max_thresholds", "min_thresholds"):
             table = getattr(self, table_name)
             for metric, value in table.items():
-                if metric not in METRICS:
-                    raise ValueError(f"unknown metric {metric!r} in {table_name}; use one of {list(METRICS)}")
+                if base_metric(metric) is None:
+                    raise ValueError(f"unknown metric {metric!r} in {table_name}; use one of {list(METRICS)}, or "
+                                     f"one of {list(PER_TURN_METRICS)} per turn, e.g. 'junk_share/turn3' or "
+                                     "'junk_share/last_turn'")
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                     raise ValueError(f"{table_name}[{metric!r}] must be a finite number, got {value!r}")
-                if metric in RATIO_METRICS and not 0.0 <= value <= 1.0:
+                if base_metric(metric) in RATIO_METRICS and not 0.0 <= value <= 1.0:
                     raise ValueError(f"{table_name}[{metric!r}] is a share; give a value in [0, 1], got {value}")
         for metric in set(self.max_thresholds) & set(self.min_thresholds):
             if self.min_thresholds[metric] >= self.max_thresholds[metric]:
@@ -369,8 +527,9 @@ class MonitorConfig(Settings):
         if isinstance(self.stop_on, str):
             raise ValueError(f"stop_on must be a list of metric names, e.g. [{self.stop_on!r}]")
         for metric in self.stop_on:
-            if metric not in METRICS:
-                raise ValueError(f"unknown metric {metric!r} in stop_on; use one of {list(METRICS)}")
+            if base_metric(metric) is None:
+                raise ValueError(f"unknown metric {metric!r} in stop_on; use one of {list(METRICS)} or a per-turn "
+                                 "key such as 'junk_share/last_turn'")
             if metric not in self.max_thresholds and metric not in self.min_thresholds:
                 raise ValueError(
                     f"stop_on names {metric!r} but it has no threshold; add it to max_thresholds or "
@@ -538,7 +697,8 @@ class CollapseMonitor:
         row.update(text_metrics(
             responses, opening=opening, truncated_flags=truncated_flags, token_counts=token_counts,
             turns=turns, ngram_size=cfg.ngram_size, max_period=cfg.max_period,
-            junk_response_threshold=cfg.junk_response_threshold,
+            junk_response_threshold=cfg.junk_response_threshold, code_copies=cfg.code_copies,
+            tail_words=cfg.tail_words,
         ))
         for key, value in (train_metrics or {}).items():
             if key in row:
@@ -567,7 +727,7 @@ class CollapseMonitor:
                 key = f"{metric}:{bound}"
                 value = row.get(metric)
                 # An untrusted calibrated opening has no habit to lose: record the ratio, do not alert on it.
-                skip = value is None or (metric == "not_okay_ratio" and not self.opening_trusted)
+                skip = value is None or (base_metric(metric) == "not_okay_ratio" and not self.opening_trusted)
                 if skip or not _crosses(value, threshold, bound):
                     self._streaks[key] = 0
                     continue
@@ -587,8 +747,11 @@ class CollapseMonitor:
         text = f"step {step}: {metric} {value:.4g} {sign} {threshold:.4g}"
         if streak > 1:
             text += f" ({_ordinal(streak)} step in a row)"
-        hint = HINTS.get(metric, "")
-        if metric == "not_okay_ratio" and self.opening:
+        base = base_metric(metric) or metric
+        hint = HINTS.get(base, "")
+        if base != metric:
+            hint = f"{hint} ({metric.split('/', 1)[1].replace('_', ' ')})"
+        if base == "not_okay_ratio" and self.opening:
             hint = f"{hint}; expected opening {self.opening!r}"
         text += f": {hint}"
         return text + (". Stopping training." if stop else ".")
@@ -651,7 +814,7 @@ def plot_history(
     present = {k for row in history for k in row}
     if metrics is None:
         metrics = [m for m in METRICS if m in present] + sorted(
-            k for k in present if "/" in k and k.split("/")[0] in METRICS)
+            k for k in present if "/" in k and base_metric(k) is not None)
     if not metrics:
         raise ValueError("nothing to plot: the history has none of the requested metrics")
     fig = Figure(figsize=(7, 2.0 * len(metrics)), layout="constrained")

@@ -1,8 +1,8 @@
-"""Rewards: kernel scores -> per-turn returns -> per-task group advantages (RECIPE.md section 1).
+"""Rewards: kernel scores -> per-turn returns -> per-task group advantages (docs/recipe.md §4).
 
 The chain, each step a small pure function:
 
-1. kernel score S of one turn's kernel: ``kernel_score`` (re-used from ``kevin.evaluation.records``;
+1. kernel score S of one turn's kernel: ``kernel_score`` (re-used from ``kevin.records.evaluation``;
    the evaluator already stores it in ``EvalResult.score``).
 2. per-turn returns R_0..R_{n-1} of one trajectory from its scores S_0..S_{n-1}: an aggregation
    registered by name (``sum`` | ``max`` | ``greedy`` | ``outcome``), so an ablation is a config value.
@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from kevin.evaluation.records import kernel_score
+from kevin.records.evaluation import kernel_score
 from kevin.settings import Settings
 
 __all__ = [

@@ -9,6 +9,9 @@ import pytest
 
 from kevin.monitor import (
     Alert,
+    char_run_share,
+    script_mix_share,
+    tail_loop_share,
     CollapseMonitor,
     JunkBreakdown,
     MonitorConfig,
@@ -25,6 +28,7 @@ from kevin.monitor import (
     starts_with_opening,
     text_metrics,
 )
+from tests.monitor_texts import PROSE, fence, honest_with_three_copies, junk_responses, solution
 
 NORMAL = (
     "Okay, so I need to write a fused ReLU kernel. The reference applies torch.relu to a float tensor "
@@ -140,11 +144,52 @@ def test_repeated_ngram_share_and_nonprintable_share_exact():
 def test_junk_score_orders_normal_below_copy_paste_below_stutter():
     normal, code, copied, stutter = (junk_score(t) for t in (NORMAL, CODE, COPY_PASTE, STUTTER))
     assert normal < 0.05 and code < 0.05
-    assert copied == pytest.approx(2 / 3, abs=0.02)  # three copies: ~2/3 of the 4-grams are repeats
+    pasted = junk_breakdown(COPY_PASTE)
+    assert pasted.ngram_repeat == pytest.approx(2 / 3, abs=0.02)  # three copies of prose: ~2/3 of the 4-grams repeat
+    assert pasted.tail_loop == 1.0 and copied == 1.0  # and they run back to back to the end: a loop
     assert stutter > 0.95
-    assert max(normal, code) < copied < stutter
+    assert max(normal, code) < copied
     assert junk_score("") == 0.0
     assert junk_score("The the THE") == 1.0  # casefolded
+
+
+@pytest.mark.parametrize("kernel", ["cuda/level1/21_conv2d", "cuda/level2/01_linear_relu_add_bias",
+                                    "cuda/level2/13_linear_groupnorm_swish", "cpu/level2/20_conv2d_groupnorm_relu"])
+def test_honest_responses_that_repeat_their_kernel_are_not_junk(kernel):
+    # ~450 words of reasoning and the kernel three times (draft, revision, final): the old score read such a
+    # response as 0.6-0.65, junk, and with patience 1 a batch of them stopped a healthy run.
+    text = honest_with_three_copies(solution(kernel))
+    assert junk_score(text) < 0.2
+    assert junk_breakdown(text.replace("</think>", fence(solution(kernel)) + "\n</think>")).ngram_repeat > 0.2  # a 4th copy counts
+    monitor = CollapseMonitor(MonitorConfig(expected_opening="Okay,", min_steps=0))
+    monitor.observe(0, [text] * 8, turns=[0, 1, 2, 3] * 2)
+    assert not monitor.should_stop and not any(a.metric.startswith("junk") for a in monitor.alerts)
+
+
+def test_honest_language_mixing_and_symbols_are_not_junk():
+    zh = "我们需要计算每个输出元素的位置，然后累加输入通道和卷积核窗口的乘积。使用shared memory来tile输入"
+    assert junk_score(f"{PROSE} {zh} 然后 每个 thread 计算 一个 output 元素。") < 0.05  # two scripts, even within words
+    assert junk_score(PROSE + " Let α = 0.5 and β = 1 − α; then y = α x + β z. " + "# " + "=" * 70) < 0.05
+
+
+@pytest.mark.parametrize("kind", sorted(junk_responses()))
+def test_collapse_junk_of_every_kind_is_junk(kind):
+    assert junk_score(junk_responses()[kind]) >= MonitorConfig().junk_response_threshold
+
+
+def test_new_measures_exact():
+    assert char_run_share("ab" + "!" * 32 + "cd") == pytest.approx(32 / 36)
+    assert char_run_share("x" + " " * 40 + "y") == 0.0  # indentation is not junk
+    assert char_run_share("ab" + "!" * 31) == 0.0  # under 32 characters
+    # "x y" five times at the end: 8 matches at period 2 cover 10 words of a 12-word window.
+    assert tail_loop_share("q r a x y x y x y x y x y".split(), max_period=4, tail_words=12) == pytest.approx(10 / 12)
+    assert tail_loop_share("x y x y x y end".split(), max_period=4) == 0.0  # the loop ended: not a tail loop
+    # Windows of 8 words: words 0-7 and 1-8 hold Latin, CJK and Cyrillic; words 2-9 only two: 9 of 10 marked.
+    words = "latin 数据 хорош ok ok ok ok ok ok ok".split()
+    assert script_mix_share(" ".join(words), tail_words=100) == pytest.approx(9 / 10)
+    assert script_mix_share("数据 latin 数据 latin", tail_words=100) == 0.0  # two scripts never count
+    assert repeated_ngram_share("a b a b a b".split(), 2, in_code=[True] * 6, code_copies=3) == 0.0
+    assert repeated_ngram_share("a b a b a b".split(), 2, in_code=[True] * 6, code_copies=2) == pytest.approx(1 / 5)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -164,6 +209,7 @@ def test_text_metrics_exact():
     assert m["junk_mean"] == pytest.approx((60 / 61 + 20 / 21) / 4)  # the two short texts score 0
     assert m["not_okay_ratio/turn0"] == 0.5 and m["not_okay_ratio/turn1"] == 0.0
     assert m["junk_share/turn0"] == 0.0 and m["junk_share/turn1"] == 1.0
+    assert m["junk_share/last_turn"] == 1.0 and m["not_okay_ratio/last_turn"] == 0.0
 
 
 def test_text_metrics_leaves_out_what_it_cannot_compute():
@@ -191,6 +237,11 @@ def test_text_metrics_leaves_out_what_it_cannot_compute():
         ({"patience": 0}, "patience must be"),
         ({"min_steps": -1}, "min_steps must be"),
         ({"junk_response_threshold": 0.0}, "junk_response_threshold"),
+        ({"max_thresholds": {"junk_mean/turn3": 0.2}}, "per turn, e.g. 'junk_share/turn3'"),
+        ({"max_thresholds": {"junk_share/turnX": 0.2}}, "unknown metric 'junk_share/turnX'"),
+        ({"max_thresholds": {"junk_share/last_turn": 2.0}}, "give a value in \\[0, 1\\]"),
+        ({"stop_on": ["junk_share/turn3"]}, "add it to max_thresholds"),
+        ({"code_copies": 0}, "code_copies must be"),
     ],
 )
 def test_config_validation_says_what_to_do(kwargs, message):
@@ -203,6 +254,32 @@ def test_config_from_dict_round_trip_and_unknown_keys():
     assert MonitorConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(ValueError, match="unknown monitor settings"):
         MonitorConfig.from_dict({"treshold": 1})
+
+
+def test_per_turn_thresholds_alert_and_stop():
+    """Junk shows first in the last turn: a per-turn threshold sees it while the batch share stays low."""
+    cfg = MonitorConfig(expected_opening="Okay,", max_thresholds={"junk_share": 0.5, "junk_share/turn3": 0.4},
+                        stop_on=["junk_share/turn3"], min_steps=0)
+    honest = "Okay, I will write one loop over the elements and check the bounds."
+    junk = junk_responses()["sentence loop until the limit"]
+    responses = [honest] * 12 + [honest, junk, junk, honest]  # turns 0-2 clean, half of turn 3 junk
+    turns = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4
+    monitor = CollapseMonitor(cfg)
+    (alert,) = monitor.observe(0, responses, turns=turns)
+    assert monitor.history[-1]["junk_share"] == pytest.approx(2 / 16)  # the batch share is under its threshold
+    assert (alert.metric, alert.value, alert.threshold, alert.should_stop) == ("junk_share/turn3", 0.5, 0.4, True)
+    assert alert.severity is Severity.CRITICAL and "(turn3)" in alert.message and monitor.should_stop
+
+
+def test_last_turn_threshold_follows_the_highest_turn_and_is_a_default_warning():
+    assert MonitorConfig().max_thresholds["junk_share/last_turn"] == 0.2
+    monitor = CollapseMonitor(MonitorConfig(expected_opening="Okay,", min_steps=0))
+    junk = junk_responses()["gibberish"]
+    # An 8-turn evaluation: 2 junk responses of 24 (under the batch threshold 0.1), but half of the last turn.
+    alerts = monitor.observe(0, ["Okay, fine."] * 22 + [junk] * 2, turns=[0] * 20 + [7] * 4)
+    (alert,) = [a for a in alerts if a.metric == "junk_share/last_turn"]
+    assert alert.value == 0.5 and not alert.should_stop and alert.severity is Severity.WARNING
+    assert "junk_share/last_turn" in {a.metric for a in monitor.alerts} and not monitor.should_stop
 
 
 # ---------------------------------------------------------------------------------------------------

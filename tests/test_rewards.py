@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kevin import rewards
-from kevin.evaluation import records
+from kevin.records import evaluation as records
 from kevin.rewards import AGGREGATIONS, RewardConfig, group_advantages, register_aggregation, turn_returns
 
 SCORES = [0.0, 1.3, 0.3]  # turn 0 failed; turn 1 correct at 1.0x (0.3 + 1.0); turn 2 correct but very slow (0.3 + ~0)

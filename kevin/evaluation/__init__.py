@@ -11,12 +11,12 @@ from typing import Any
 _EXPORTS = {
     "EvalConfig": "kevin.evaluation.config",
     "Evaluator": "kevin.evaluation.evaluator",
-    "feedback_line": "kevin.evaluation.feedback",
-    "Candidate": "kevin.evaluation.records",
-    "EvalResult": "kevin.evaluation.records",
-    "PhaseTimes": "kevin.evaluation.records",
-    "Status": "kevin.evaluation.records",
-    "kernel_score": "kevin.evaluation.records",
+    "feedback_line": "kevin.records.verdicts",
+    "Candidate": "kevin.records.evaluation",
+    "EvalResult": "kevin.records.evaluation",
+    "PhaseTimes": "kevin.records.evaluation",
+    "Status": "kevin.records.evaluation",
+    "kernel_score": "kevin.records.evaluation",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kevin.evaluation.records import Candidate
+from kevin.records.evaluation import Candidate
 from kevin.tasks import Task, bundled_solutions_dir, find_task
 
 

@@ -44,7 +44,8 @@ from kevin.evaluation.protocol import SETUP_FAILED_EXIT
 from kevin.evaluation.inputs import DISTRIBUTIONS
 from kevin.evaluation.isolation import protect_process
 from kevin.evaluation.judge import JudgeClient
-from kevin.evaluation.records import Candidate, EvalResult, Status, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
+from kevin.records.verdicts import parse_error_verdict
 from kevin.evaluation.rules import cpp_rule_hits, load_rules, static_hits
 from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
@@ -406,22 +407,14 @@ class Evaluator:
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None:
         """A verdict without running anything (parse errors, rule violations), or None to go on."""
         start = time.perf_counter()
-        base = dict(task_id=task.task_id, candidate_id=candidate.key, backend=self.config.backend)
-        source = candidate.source
-        if not source.strip():
-            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="the solution is empty", **base), start)
-        if "\x00" in source:
-            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="the solution is binary data, not Python", **base), start)
-        try:
-            compile(source, "<solution>", "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
-            return self._finish(EvalResult(status=Status.PARSE_ERROR, error=f"not valid Python: {getattr(exc, 'msg', exc)}{where}", **base), start)
-        if "ModelNew" not in source or not _defines_class(source, "ModelNew"):
-            return self._finish(EvalResult(status=Status.PARSE_ERROR, error="no class ModelNew is defined", **base), start)
-        hits = static_hits(source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
+        problem = solution_text_problem(candidate.source)
+        if problem:
+            result = parse_error_verdict(task.task_id, candidate.key, problem, self.config.backend)
+            return self._finish(result, start)
+        hits = static_hits(candidate.source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
         if hits:
-            return self._finish(EvalResult(status=Status.RULE_VIOLATION, rule_id=hits[0].rule_id, error=hits[0].describe(), **base), start)
+            return self._finish(EvalResult(task_id=task.task_id, candidate_id=candidate.key, backend=self.config.backend,
+                                           status=Status.RULE_VIOLATION, rule_id=hits[0].rule_id, error=hits[0].describe()), start)
         return None
 
     def _finish(self, result: EvalResult, start: float) -> EvalResult:
@@ -717,6 +710,22 @@ def _defines_class(source: str, name: str) -> bool:
     import ast
 
     return any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(ast.parse(source)))
+
+
+def solution_text_problem(source: str) -> str:
+    """Why a solution is not a Python file defining ModelNew ('' when it is), as a parse-error phrase."""
+    if not source.strip():
+        return "the solution is empty"
+    if "\x00" in source:
+        return "the solution is binary data, not Python"
+    try:
+        compile(source, "<solution>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        return f"not valid Python: {getattr(exc, 'msg', exc)}{where}"
+    if "ModelNew" not in source or not _defines_class(source, "ModelNew"):
+        return "no class ModelNew is defined"
+    return ""
 
 
 def _progress_bar(total: int):

@@ -49,7 +49,7 @@ def exec_module(name: str, source: str, filename: str) -> types.ModuleType:
 
 
 def error_text(exc: BaseException) -> str:
-    from kevin.evaluation.records import trim_error
+    from kevin.records.evaluation import trim_error
 
     return trim_error("".join(traceback.format_exception_only(type(exc), exc)))
 

@@ -149,7 +149,7 @@ class _Judge:
 
 
 def _error_text(exc: BaseException) -> str:
-    from kevin.evaluation.records import trim_error
+    from kevin.records.evaluation import trim_error
 
     return trim_error("".join(traceback.format_exception_only(type(exc), exc)))
 

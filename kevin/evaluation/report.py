@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
-from kevin.evaluation.records import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Status
 
 
 def write_jsonl(path: Path, results: list[EvalResult]) -> None:

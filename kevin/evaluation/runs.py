@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.evaluation.protocol import Received
-from kevin.evaluation.records import Status, trim_error
+from kevin.records.evaluation import Status, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
                                       forbidden_ops, kernel_time_problem)

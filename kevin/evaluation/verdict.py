@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from kevin.evaluation.records import EvalResult, PhaseTimes, Status, kernel_score
+from kevin.records.evaluation import EvalResult, PhaseTimes, Status, kernel_score
 
 
 @dataclass
@@ -213,7 +213,7 @@ def assemble(task_id: str, candidate_id: str, backend: str, facts: RunFacts, bas
 
 def score(result: EvalResult) -> EvalResult:
     """Fill the reward and the feedback line from the status and speedup."""
-    from kevin.evaluation.feedback import feedback_line
+    from kevin.records.verdicts import feedback_line
 
     result.score = kernel_score(result.correct, result.speedup, result.status is Status.RULE_VIOLATION)
     result.feedback = feedback_line(result)

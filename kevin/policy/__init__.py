@@ -1,7 +1,8 @@
 """Generation backends: in-process transformers (``hf``); an OpenAI-compatible server (``openai_backend``).
 
-Every backend is a callable ``prompts -> list[GenerationOut]`` (``kevin.rollout.loop.Generate``).
-Names are resolved lazily so that ``import kevin.policy`` never imports torch or transformers.
+Every backend is a callable ``list[Prompt] -> list[GenerationOut]`` (records of ``kevin.records.generation``;
+the rollout loop's ``Generate``). Names are resolved lazily so that ``import kevin.policy`` never imports
+torch or transformers. The policy layer sits below the rollout: it imports records, never the loop.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 
 _LAZY = {
     "HFPolicy": "kevin.policy.hf",
-    "SamplingConfig": "kevin.policy.hf",
+    "SamplingConfig": "kevin.policy.config",
+    "PolicyConfig": "kevin.policy.config",
     "OpenAIPolicy": "kevin.policy.openai_backend",
     "OpenAIConfig": "kevin.policy.openai_backend",
     "LoraAdapterSync": "kevin.policy.openai_backend",

@@ -27,76 +27,17 @@ recomputes its old log-probs anyway, because a server backend may return none.) 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
-import numbers
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 
-from kevin.rollout.loop import GenerationOut
-from kevin.settings import Settings
-from kevin.training.distributed import max_over_processes, world
+from kevin.distributed import max_over_processes, world
+from kevin.policy.config import SamplingConfig
+from kevin.records.generation import GenerationOut, Prompt
 
 __all__ = ["HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
-
-
-@dataclass
-class SamplingConfig(Settings):
-    """How the in-process policy samples (the ``sampling`` section of params.yaml)."""
-
-    section = "sampling"
-
-    temperature: float = 0.9
-    """Softmax temperature (the paper: 0.9 for training and evaluation). 0 means greedy decoding.
-    The trainer must use the same value (``TrainConfig.temperature``) to recompute log-probs."""
-
-    top_p: float = 1.0
-    """Nucleus sampling: sample only from the smallest set of tokens whose probability reaches top_p
-    (1.0 = the full distribution, as the paper's sampler)."""
-
-    max_new_tokens: int = 1024
-    """Longest response in tokens; a response cut here is marked ``truncated``. The paper used 16384
-    (raised to 22528 at step 30); the small default suits the embedded CPU model."""
-
-    batch_size: int = 16
-    """Prompts generated together in one forward batch (bounds memory: the KV cache grows with it)."""
-
-    seed: int | None = 0
-    """Seed of the policy's private sampling generator: the same seed and the same calls give the same
-    samples. None draws from torch's global RNG instead (reproducible through the trainer's checkpoints)."""
-
-    add_special_tokens: bool = False
-    """Let the tokenizer add its special tokens (e.g. BOS) to each prompt. Off because prompts arrive
-    already rendered by the chat template, which writes the special tokens it needs."""
-
-    stop_token_ids: list[int] = field(default_factory=list)
-    """Extra token ids that end a response, besides the tokenizer's and the model's EOS ids."""
-
-    def __post_init__(self) -> None:
-        if not _is_number(self.temperature) or not self.temperature >= 0:
-            raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy; the paper uses 0.9), got {self.temperature!r}")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"sampling.top_p must be in (0, 1] (1 = no nucleus cut), got {self.top_p!r}")
-        for name in ("max_new_tokens", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"sampling.{name} must be a positive integer, got {value!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise ValueError(f"sampling.seed must be a non-negative integer or None (global RNG), got {self.seed!r}")
-        if not isinstance(self.add_special_tokens, bool):
-            raise ValueError(f"sampling.add_special_tokens must be true or false, got {self.add_special_tokens!r}")
-        self.stop_token_ids = list(self.stop_token_ids)
-        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
-            raise ValueError(f"sampling.stop_token_ids must be non-negative token ids, got {self.stop_token_ids!r}")
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -175,7 +116,8 @@ class HFPolicy:
         self.model = model
         self.synced = synced
         self.tokenizer = tokenizer
-        self.config = config or SamplingConfig()
+        # A copy: a length schedule changes the limit of this policy, not of the config it was built from.
+        self.config = dataclasses.replace(config) if config is not None else SamplingConfig()
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if pad is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; set tokenizer.pad_token")
@@ -239,14 +181,27 @@ class HFPolicy:
 
     # -- generation
 
-    def __call__(self, prompts: list[str]) -> list[GenerationOut]:
+    def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
         return self.generate(prompts)
 
-    def generate(self, prompts: Sequence[str]) -> list[GenerationOut]:
-        """Sample one response per prompt text (prompts already rendered with the chat template)."""
+    @property
+    def max_response_tokens(self) -> int:
+        """The current response length limit (``sampling.max_new_tokens``)."""
+        return self.config.max_new_tokens
+
+    def set_max_response_tokens(self, tokens: int) -> None:
+        """Change the response length limit from the next call on (a length schedule raising it mid-run)."""
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            raise ValueError(f"the response length limit must be a positive number of tokens, got {tokens!r}")
+        self.config.max_new_tokens = tokens
+
+    def generate(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
+        """Sample one response per prompt: a ``Prompt`` record (its rendered ``text`` is sampled from) or a
+        string already rendered with the chat template."""
         if not prompts:
             return self.generate_ids([])  # synced, this process still takes part in the others' passes
-        encoded = self.tokenizer(list(prompts), add_special_tokens=self.config.add_special_tokens)["input_ids"]
+        texts = [p.text if isinstance(p, Prompt) else p for p in prompts]
+        encoded = self.tokenizer(texts, add_special_tokens=self.config.add_special_tokens)["input_ids"]
         return self.generate_ids(encoded)
 
     def _lockstep(self) -> bool:

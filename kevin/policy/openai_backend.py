@@ -3,8 +3,8 @@
 Three pieces:
 
 * ``OpenAIPolicy``: the rollout loop's ``generate(prompts) -> list[GenerationOut]`` over HTTP. Works with a
-  vLLM server started in its own environment (vllm pins fastapi/transformers ranges that clash with prefect,
-  see DESIGN.md), with ``transformers serve`` (the CPU test server), and with API models as baselines.
+  vLLM server started in its own environment (vllm pins fastapi/transformers ranges that clash with prefect),
+  with ``transformers serve`` (the CPU test server), and with API models as baselines.
   Requests run concurrently on a thread pool (at most ``max_concurrency`` in flight), each retried with
   exponential backoff on connection errors, timeouts, 408/409/429 and 5xx; anything else fails at once.
 * ``LoraAdapterSync``: after an update, the trainer saves the LoRA adapter (a PEFT directory) and this loads
@@ -13,6 +13,14 @@ Three pieces:
 
 What it does not cover: streaming responses, ``n > 1`` per request (the loop sends the m copies of a prompt
 as m requests, which vLLM's prefix cache makes nearly as cheap), tool calls.
+
+The prompt that was sampled is the prompt the trainer scores, on both endpoints:
+- ``completions`` sends ``Prompt.text``, rendered here with the model's chat template; the trainer tokenizes
+  that same text (or, better, takes the server's own prompt token ids when it returns them);
+- ``chat`` sends ``Prompt.messages`` and the SERVER applies its chat template. Sending the rendered text as a
+  user message instead would template it twice: the model would sample from a prompt the trainer never
+  scores. The response is marked ``server_template``; the trainer then scores the server's prompt token ids
+  (vLLM with ``return_token_ids``) and refuses the turn when the server gave none.
 
 Logprobs and token ids: vLLM returns per-token logprobs when asked (``logprobs``) and, with
 ``return_token_ids=True`` (vLLM >= 0.10.2), the exact prompt and response token ids. ``transformers serve``
@@ -26,6 +34,7 @@ costs nothing; the weight-sync classes use the standard library for their few ad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -39,14 +48,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence, Union
 
-from kevin.rollout.loop import GenerationOut
+from kevin.records.generation import GenerationOut, Prompt
 from kevin.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
-Prompt = Union[str, Messages]
-"""A rendered prompt string (completions endpoint; chat wraps it as one user message) or a message list (chat)."""
+PromptInput = Union[Prompt, str, Messages]
+"""A ``Prompt`` record (completions sends its rendered text, chat its messages), a string (completions: the
+prompt as is; chat: one user message) or a message list (chat only)."""
 
 ENDPOINTS = ("completions", "chat")
 RETRY_STATUS = frozenset({408, 409, 429})
@@ -78,7 +88,7 @@ class OpenAIConfig(Settings):
     model: str = ""
     """Served model name, as listed by ``GET {base_url}/models``: vLLM's ``--served-model-name`` (default: the
     path or hub id it was started with); for ``transformers serve``, the model directory. ``LoraAdapterSync``
-    re-points the policy at the adapter it loads."""
+    re-points the policy at the adapter it loads. Required by ``OpenAIPolicy``; in a run it is ``policy.model``."""
 
     base_url: str = "http://127.0.0.1:8000/v1"
     """Root of the OpenAI API, including ``/v1``."""
@@ -91,8 +101,8 @@ class OpenAIConfig(Settings):
     endpoint: str = "completions"
     """``completions`` (the prompt is sent as rendered, chat template included: what the trainer will score;
     for a tokenizer that adds a BOS token itself, pass vLLM ``extra_body={"add_special_tokens": false}`` so it
-    is not doubled) or ``chat`` (the server applies its own chat template; takes message lists, or strings as
-    one user message)."""
+    is not doubled) or ``chat`` (the messages are sent and the server applies its own chat template; training
+    on such turns needs the server's prompt token ids, i.e. vLLM with ``return_token_ids``)."""
 
     max_concurrency: int = 8
     """Requests in flight at once. vLLM batches concurrent requests itself, so set this near its
@@ -111,13 +121,14 @@ class OpenAIConfig(Settings):
     """Longest wait between two attempts, also the cap on a server's ``Retry-After``."""
 
     temperature: float = 1.0
-    """Sampling temperature; 0 is greedy."""
+    """Sampling temperature; 0 is greedy. In a run: the root config's ``temperature``."""
 
     top_p: float = 1.0
     """Nucleus sampling mass in (0, 1]."""
 
     max_tokens: int = 1024
-    """Most tokens generated per response; a response that hits it is marked ``truncated``."""
+    """Most tokens generated per response; a response that hits it is marked ``truncated``. In a run: the root
+    config's ``max_response_tokens``."""
 
     seed: int | None = None
     """Base sampling seed. Request k of this policy (counted over its whole life) uses ``seed + k``, so the m
@@ -130,7 +141,9 @@ class OpenAIConfig(Settings):
     return_token_ids: bool = False
     """vLLM extension (>= 0.10.2): also return the exact prompt and response token ids, so the trainer scores
     precisely the sampled tokens instead of a re-tokenization. Other servers may reject the unknown field
-    (``transformers serve`` answers 422), so it is off by default; turn it on for vLLM."""
+    (``transformers serve`` answers 422), so it is off by default; turn it on for vLLM. On the completions
+    endpoint it also sends vLLM's ``add_special_tokens: false``: the rendered prompt carries its own special
+    tokens, so the server tokenizes exactly the text that was rendered (``extra_body`` can override it)."""
 
     stop: list[str] = field(default_factory=list)
     """Stop strings (empty: stop at the model's end-of-sequence token only)."""
@@ -140,9 +153,8 @@ class OpenAIConfig(Settings):
     ``{"return_tokens_as_token_ids": true}``."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, str) or not self.model:
-            raise ValueError("model must name the served model (see GET {base_url}/models; for vLLM its "
-                             "--served-model-name or the path it was started with)")
+        if not isinstance(self.model, str):
+            raise ValueError(f"model must be the served model's name (a string), got {self.model!r}")
         if not isinstance(self.base_url, str) or not self.base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL ending in /v1, got {self.base_url!r}")
         if self.api_key_env and not _ENV_NAME.match(self.api_key_env):
@@ -205,7 +217,11 @@ class OpenAIPolicy:
     """
 
     def __init__(self, config: OpenAIConfig, client: Any = None):
-        self.config = config
+        if not config.model:
+            raise ValueError("OpenAIConfig.model must name the served model (see GET {base_url}/models; for vLLM its "
+                             "--served-model-name or the path it was started with)")
+        # A copy: a length schedule changes the limit of this policy, not of the config it was built from.
+        self.config = dataclasses.replace(config)
         self.model = config.model
         """Model name sent with each request; ``LoraAdapterSync.push`` switches it to the newest adapter."""
         self._client = client
@@ -214,10 +230,20 @@ class OpenAIPolicy:
 
     # -- public
 
-    def __call__(self, prompts: Sequence[Prompt]) -> list[GenerationOut]:
+    def __call__(self, prompts: Sequence[PromptInput]) -> list[GenerationOut]:
         return self.generate(prompts)
 
-    def generate(self, prompts: Sequence[Prompt]) -> list[GenerationOut]:
+    @property
+    def max_response_tokens(self) -> int:
+        """The current response length limit (``max_tokens``)."""
+        return self.config.max_tokens
+
+    def set_max_response_tokens(self, tokens: int) -> None:
+        """Change the response length limit from the next call on (a length schedule raising it mid-run)."""
+        _check_int("max_tokens", tokens, minimum=1)
+        self.config.max_tokens = tokens
+
+    def generate(self, prompts: Sequence[PromptInput]) -> list[GenerationOut]:
         """One response per prompt, in order. Raises ``GenerationError`` if any prompt fails for good
         (its retries spent, or a non-retryable answer); the other requests are then abandoned."""
         prompts = list(prompts)
@@ -259,20 +285,25 @@ class OpenAIPolicy:
             self._requests += 1
         return None if self.config.seed is None else self.config.seed + k
 
-    def _body(self, prompt: Prompt, seed: int | None) -> dict[str, Any]:
+    def _body(self, prompt: PromptInput, seed: int | None) -> dict[str, Any]:
         """The request fields for one prompt (model is added at send time: an adapter sync may change it)."""
         cfg = self.config
         body: dict[str, Any] = {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature, "top_p": cfg.top_p}
         if cfg.endpoint == "completions":
+            if isinstance(prompt, Prompt):
+                prompt = prompt.text
             if not isinstance(prompt, str):
-                raise TypeError("the completions endpoint takes rendered prompt strings; render the messages with "
-                                "the tokenizer's chat template, or use endpoint='chat'")
+                raise TypeError("the completions endpoint takes rendered prompts (Prompt records or strings); render "
+                                "the messages with the tokenizer's chat template, or use endpoint='chat'")
             body["prompt"] = prompt
             if cfg.logprobs:
                 body["logprobs"] = 1  # top-1 alternatives; the sampled token's logprob always comes with them
         else:
-            if isinstance(prompt, str):
-                messages: Messages = [{"role": "user", "content": prompt}]
+            if isinstance(prompt, Prompt):
+                # The messages, never the rendered text: the server applies the chat template itself.
+                messages: Messages = [dict(m) for m in prompt.messages]
+            elif isinstance(prompt, str):
+                messages = [{"role": "user", "content": prompt}]
             elif isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt):
                 messages = prompt
             else:
@@ -287,6 +318,10 @@ class OpenAIPolicy:
             body["stop"] = list(cfg.stop)
         if cfg.return_token_ids:
             body["return_token_ids"] = True
+            if cfg.endpoint == "completions":
+                # The rendered prompt already holds the special tokens its template writes; vLLM would prepend
+                # another BOS by default, and the model would sample from a prompt the local text does not show.
+                body["add_special_tokens"] = False
         body.update(cfg.extra_body)
         return body
 
@@ -396,7 +431,9 @@ def parse_response(data: dict[str, Any], endpoint: str, url: str = "") -> Genera
     Reads the vLLM extensions where present: ``token_ids`` (per choice), ``prompt_token_ids`` (per choice on
     completions, top level on chat), and ``token_id:N`` tokens (``return_tokens_as_token_ids``). A separate
     ``reasoning_content`` (vLLM's reasoning parser) is put back in front of the text as ``<think>...</think>``,
-    where the response parser looks for it."""
+    where the response parser looks for it; a response cut off inside its reasoning (no content, finish reason
+    ``length``) gets no closing tag, since the reasoning never ended. ``server_template``: the chat endpoint,
+    where the server rendered the prompt."""
     choices = data.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
         raise GenerationError(f"{url}: response has no choices: {json.dumps(data)[:300]}")
@@ -408,7 +445,8 @@ def parse_response(data: dict[str, Any], endpoint: str, url: str = "") -> Genera
         text = message.get("content") or ""
         reasoning = message.get("reasoning_content") or message.get("reasoning")
         if reasoning:
-            text = f"<think>\n{reasoning}\n</think>\n{text}"
+            unfinished = not text and choice.get("finish_reason") == "length"
+            text = f"<think>\n{reasoning}" if unfinished else f"<think>\n{reasoning}\n</think>\n{text}"
     token_ids = [int(t) for t in (choice.get("token_ids") or [])]
     prompt_token_ids = [int(t) for t in (choice.get("prompt_token_ids") or data.get("prompt_token_ids") or [])]
 
@@ -423,7 +461,7 @@ def parse_response(data: dict[str, Any], endpoint: str, url: str = "") -> Genera
                         url, len(logprobs), len(token_ids))
             logprobs = None
     return GenerationOut(text=text, token_ids=token_ids, logprobs=logprobs, prompt_token_ids=prompt_token_ids,
-                         truncated=choice.get("finish_reason") == "length")
+                         truncated=choice.get("finish_reason") == "length", server_template=endpoint == "chat")
 
 
 def _logprob_entries(logprobs: Any, endpoint: str) -> tuple[list[Any] | None, list[Any] | None]:

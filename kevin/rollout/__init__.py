@@ -1,10 +1,11 @@
-"""Rollouts: prompts, response parsing (reasoning / kernel / summary), and the multi-turn loop."""
+"""Rollouts: prompts, response parsing (reasoning / kernel / summary), and the multi-turn loop.
 
-from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import GenerationOut, RolloutStore, load_rollout, run_rollouts, run_turn
-from kevin.rollout.parsing import ParsedResponse, parse_response
-from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, approx_tokens, tokenizer_counter
-from kevin.rollout.records import (
+The records a rollout produces (``Turn``, ``Trajectory``, ``TrainingSample``, ``GenerationOut``) live in
+``kevin.records``; they are re-exported here for convenience.
+"""
+
+from kevin.records.generation import GenerationOut, Prompt
+from kevin.records.rollout import (
     TrainingSample,
     Trajectory,
     Turn,
@@ -14,11 +15,16 @@ from kevin.rollout.records import (
     save_records,
     save_turns,
 )
+from kevin.rollout.config import RolloutConfig
+from kevin.rollout.loop import RolloutStore, load_rollout, run_rollouts, run_turn
+from kevin.rollout.parsing import ParsedResponse, opens_reasoning, parse_response, template_opens_reasoning
+from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, approx_tokens, tokenizer_counter
 
 __all__ = [
     "Attempt",
     "GenerationOut",
     "ParsedResponse",
+    "Prompt",
     "PromptBuilder",
     "PromptContext",
     "RolloutConfig",
@@ -31,10 +37,12 @@ __all__ = [
     "load_records",
     "load_rollout",
     "load_turns",
+    "opens_reasoning",
     "parse_response",
     "run_rollouts",
     "run_turn",
     "save_records",
     "save_turns",
+    "template_opens_reasoning",
     "tokenizer_counter",
 ]

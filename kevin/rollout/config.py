@@ -1,7 +1,8 @@
 """Rollout settings: one dataclass, every field documented and validated.
 
 Sampling settings (temperature, top_p, max response tokens) belong to the policy backend, not here:
-the loop only decides what is asked and when a trajectory ends.
+the loop only decides what is asked and when a trajectory ends. ``backend`` and ``profile`` are shared
+with the evaluator: the run's root config (``kevin.config.RunConfig``) sets them once for both.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ class RolloutConfig(Settings):
     system_prompt: str = ""
     """Optional system message; empty sends the task as a single user message."""
 
+    prompt_opens_reasoning: bool | None = None
+    """Whether the model's chat template opens the ``<think>`` block in the prompt (QwQ, the DeepSeek-R1
+    distills and Qwen's thinking releases do), so a response starts inside its reasoning. null: read it off
+    each prompt rendered with the tokenizer's template (without a tokenizer: no). Set true for such a model
+    served through a chat endpoint without a local tokenizer, or a response cut off mid-reasoning would be
+    read as a plain answer (its drafts as the kernel, its reasoning as the summary)."""
+
     show_progress: bool = False
     """Show a tqdm progress bar over turns."""
 
@@ -56,6 +64,11 @@ class RolloutConfig(Settings):
         if self.max_prompt_tokens < 256:
             raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens} cannot hold even the base prompt; "
                              "use at least 256 (the paper uses 8192)")
+        if self.prompt_opens_reasoning is not None and not isinstance(self.prompt_opens_reasoning, bool):
+            raise ValueError(f"prompt_opens_reasoning must be true, false or null (read it from the chat template), "
+                             f"got {self.prompt_opens_reasoning!r}")
+        if not isinstance(self.include_example, bool) or not isinstance(self.show_progress, bool):
+            raise ValueError("include_example and show_progress must be true or false")
         if self.early_stop_speedup is not None:
             if isinstance(self.early_stop_speedup, bool) or not isinstance(self.early_stop_speedup, (int, float)):
                 raise ValueError(f"early_stop_speedup must be a number or None, got {self.early_stop_speedup!r}")

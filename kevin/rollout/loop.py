@@ -1,7 +1,9 @@
 """The multi-turn rollout loop: m trajectories x n turns for every task.
 
 Per turn: build the prompt of every live trajectory of every task, generate them as ONE batch (the
-backend batches or parallelises them), parse every response, evaluate every parsed kernel as ONE batch
+backend batches or parallelises them; each prompt goes out as a ``Prompt`` record, messages and their
+rendering, so a chat endpoint gets the messages and never a rendered template), parse every response
+(told whether its prompt opened the reasoning), evaluate every parsed kernel as ONE batch
 (the evaluator spreads it over its compile pool and devices), record a Turn per trajectory, and write
 the turn's batch to disk before starting the next turn. Generation and evaluation are callables, so
 the loop is the same for the in-process model, an OpenAI-compatible server, and the fakes of the tests.
@@ -12,23 +14,26 @@ On disk (``out_dir``)::
     turn_000.jsonl      every Turn of turn 0 (one line each), written atomically when the turn ends
     turn_001.jsonl      ...
 
-A crash loses at most the turn in progress; ``resume=True`` continues after the last complete turn.
+A crash loses at most the turn in progress; ``resume=True`` continues after the last complete turn, and
+only under the settings the directory was rolled out with (a resumed rollout must be one rollout).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence
 
-from kevin.evaluation.feedback import feedback_line
-from kevin.evaluation.records import Candidate, EvalResult, Status
+from kevin.records.evaluation import Candidate, EvalResult
+from kevin.records.generation import GenerationOut, Prompt
+from kevin.records.jsonl import atomic_write_text
+from kevin.records.rollout import Trajectory, Turn, group_trajectories, load_turns, save_turns
+from kevin.records.verdicts import feedback_line, parse_error_verdict
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.parsing import ParsedResponse, parse_response
 from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, TokenCounter
-from kevin.rollout.records import Trajectory, Turn, atomic_write_text, group_trajectories, load_turns, save_turns
 from kevin.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -36,23 +41,14 @@ log = logging.getLogger(__name__)
 META_FILE = "rollout.json"
 FORMAT_VERSION = 1
 
-
-@dataclass
-class GenerationOut:
-    """What a policy backend returns for one prompt."""
-
-    text: str
-    token_ids: list[int] = field(default_factory=list)
-    """Sampled response token ids (empty if the backend gives none; the trainer then tokenizes ``text``)."""
-    logprobs: list[float] | None = None
-    """Logprob of each sampled token under the sampling policy, aligned with ``token_ids``."""
-    prompt_token_ids: list[int] = field(default_factory=list)
-    truncated: bool = False
-    """Generation stopped at the length limit rather than at an end-of-sequence token."""
+RESUME_MAY_CHANGE = frozenset({"show_progress"})
+"""RolloutConfig fields a resume may change: they alter nothing that a turn records."""
 
 
 class Generate(Protocol):
-    def __call__(self, prompts: list[str]) -> list[GenerationOut]: ...
+    """A policy backend: one response per prompt, in order (``kevin.policy``'s backends, or a test's fake)."""
+
+    def __call__(self, prompts: list[Prompt]) -> list[GenerationOut]: ...
 
 
 Evaluate = Callable[[list[tuple[Task, Candidate]]], list[EvalResult]]
@@ -124,10 +120,16 @@ class RolloutStore:
         old = RolloutConfig.from_dict(meta["config"])
         if meta.get("task_ids") != self.task_ids:
             raise ValueError(f"{self.out_dir}: cannot resume, it was rolled out for other tasks ({meta.get('task_ids')})")
-        for name in ("trajectories", "backend", "profile"):
-            if getattr(old, name) != getattr(self.config, name):
-                raise ValueError(f"{self.out_dir}: cannot resume, its {name} is {getattr(old, name)!r}, "
-                                 f"now {getattr(self.config, name)!r}")
+        # Every setting that changes what a turn asks, shows or stops on must match; new settings are checked
+        # unless listed here as presentation only.
+        for f in dataclasses.fields(RolloutConfig):
+            if f.name in RESUME_MAY_CHANGE:
+                continue
+            before, now = getattr(old, f.name), getattr(self.config, f.name)
+            if before != now:
+                raise ValueError(f"{self.out_dir}: cannot resume, it was rolled out with rollout.{f.name} = {before!r} "
+                                 f"and this run has {now!r}; resume with the same settings, or roll out into a new "
+                                 "directory")
 
     def save_turn(self, turn: int, turns: list[Turn]) -> Path:
         path = save_turns(turn_path(self.out_dir, turn), turns)
@@ -149,14 +151,6 @@ def candidate_id(task_id: str, trajectory: int, turn: int) -> str:
     return f"{task_id}#traj{trajectory}#turn{turn}"
 
 
-def parse_error_result(task_id: str, cand_id: str, backend: str, parsed: ParsedResponse) -> EvalResult:
-    """The verdict on an unparseable response, built without running anything (score 0)."""
-    result = EvalResult(task_id=task_id, candidate_id=cand_id, status=Status.PARSE_ERROR, backend=backend,
-                        error=parsed.error)
-    result.feedback = feedback_line(result)
-    return result
-
-
 def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: int, evaluate: Evaluate,
                    backend: str) -> list[EvalResult]:
     """Verdicts in job order: parse errors locally, every parsed kernel in one evaluate() call."""
@@ -166,7 +160,7 @@ def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: in
     for i, (task, traj, parsed) in enumerate(jobs):
         cid = candidate_id(task.task_id, traj.index, turn)
         if parsed.parse_error:
-            results[i] = parse_error_result(task.task_id, cid, backend, parsed)
+            results[i] = parse_error_verdict(task.task_id, cid, parsed.error, backend)
         else:
             batch.append((task, Candidate(task_id=task.task_id, source=parsed.kernel, trajectory=traj.index,
                                           turn=turn, candidate_id=cid)))
@@ -185,15 +179,15 @@ def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: in
 def _make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out: GenerationOut,
                parsed: ParsedResponse, result: EvalResult, count_tokens: TokenCounter) -> Turn:
     return Turn(
-        task_id=task.task_id, trajectory=traj.index, turn=turn,
+        task_id=task.task_id, trajectory=traj.index, turn=turn, result=result,
         prompt=ctx.text, prompt_messages=ctx.messages, response=out.text,
         reasoning=parsed.reasoning, kernel=parsed.kernel, summary=parsed.summary, parse_error=parsed.parse_error,
-        result=result.to_dict(),
         prompt_tokens=len(out.prompt_token_ids) or ctx.tokens,
         response_tokens=len(out.token_ids) or count_tokens(out.text),
         truncated=out.truncated, attempts_in_context=ctx.attempts_kept, attempts_dropped=ctx.attempts_dropped,
         prompt_token_ids=list(out.prompt_token_ids), response_token_ids=list(out.token_ids),
         logprobs=list(out.logprobs) if out.logprobs is not None else None,
+        server_template=out.server_template, reasoning_opened_by_prompt=ctx.reasoning_open,
     )
 
 
@@ -205,10 +199,11 @@ def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate,
     if over:
         log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
                     turn, over, builder.max_prompt_tokens)
-    outs = list(generate([c.text for c in contexts]))
+    outs = list(generate([c.prompt for c in contexts]))
     if len(outs) != len(contexts):
         raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
-    parsed = [parse_response(o.text, truncated=o.truncated) for o in outs]
+    parsed = [parse_response(o.text, truncated=o.truncated, reasoning_open=c.reasoning_open)
+              for o, c in zip(outs, contexts)]
     results = _evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn, evaluate, backend)
     assert builder.count_tokens is not None  # set by PromptBuilder.__post_init__
     return [_make_turn(task, traj, turn, ctx, out, p, r, builder.count_tokens)
@@ -267,7 +262,7 @@ def run_rollouts(
     _check_tasks(tasks)
     builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens, tokenizer=tokenizer,
                             count_tokens=count_tokens, profile=config.profile, include_example=config.include_example,
-                            system_prompt=config.system_prompt)
+                            system_prompt=config.system_prompt, reasoning_open=config.prompt_opens_reasoning)
     trajectories = {(task.task_id, j): Trajectory(task_id=task.task_id, index=j)
                     for task in tasks for j in range(config.trajectories)}
     store = RolloutStore(out_dir, config, tasks) if out_dir is not None else None

@@ -1,6 +1,6 @@
 """Prompts: the base prompt, the one-shot example, and the context of later turns.
 
-All wording is ours. The structure follows the recipe (RECIPE.md section 1): turn 0 gets the base
+All wording is ours. The structure follows the recipe (docs/recipe.md §2): turn 0 gets the base
 prompt with a one-shot example; turn t > 0 gets the base prompt without the example, the previous
 attempts (kernel + summary + feedback line, their reasoning dropped), and an instruction to restart
 reasoning and write complete new code. When the prompt is over its token budget the OLDEST attempts go
@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from kevin.records.generation import Messages, Prompt
+from kevin.rollout.parsing import opens_reasoning
 from kevin.tasks.task import Task
 
 TokenCounter = Callable[[str], int]
-Messages = list[dict[str, str]]
 
 
 def approx_tokens(text: str) -> int:
@@ -308,6 +309,15 @@ class PromptContext:
     attempts_dropped: int
     over_budget: bool = False
     """Even with every attempt dropped the prompt exceeds the budget (the task itself is too long)."""
+    templated: bool = False
+    """``text`` was rendered by a tokenizer's chat template."""
+    reasoning_open: bool = False
+    """The prompt ends inside an open ``<think>`` block: the response starts in its reasoning."""
+
+    @property
+    def prompt(self) -> Prompt:
+        """The prompt record a policy backend is given."""
+        return Prompt(messages=self.messages, text=self.text, templated=self.templated)
 
 
 def render_messages(messages: Messages, tokenizer: Any | None = None) -> str:
@@ -330,6 +340,9 @@ class PromptBuilder:
     include_example: bool = True
     system_prompt: str = ""
     """An optional system message (empty: none, as reasoning models such as QwQ recommend)."""
+    reasoning_open: bool | None = None
+    """Whether prompts end inside an open ``<think>`` block. None: read it off each prompt the tokenizer's
+    chat template renders (no tokenizer: no). Set it when a server applies a template this side cannot see."""
 
     def __post_init__(self) -> None:
         _check_backend(self.backend)
@@ -346,15 +359,23 @@ class PromptBuilder:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return msgs + [{"role": "user", "content": user}]
 
+    def _reasoning_open(self, messages: Messages, text: str) -> bool:
+        if self.reasoning_open is not None:
+            return self.reasoning_open
+        return self.tokenizer is not None and opens_reasoning(text, messages[-1]["content"])
+
     def build(self, task: Task, attempts: Sequence[Attempt] = ()) -> PromptContext:
         """The prompt for the turn after ``attempts`` (oldest first), dropping the oldest until it fits."""
         attempts = list(attempts)
+        templated = self.tokenizer is not None
         for drop in range(len(attempts) + 1):
             kept = attempts[drop:]
             messages = self.messages(task, kept, dropped=drop)
             text = render_messages(messages, self.tokenizer)
             tokens = self.count_tokens(text)
             if tokens <= self.max_prompt_tokens:
-                return PromptContext(messages, text, tokens, len(kept), drop)
+                return PromptContext(messages, text, tokens, len(kept), drop, templated=templated,
+                                     reasoning_open=self._reasoning_open(messages, text))
         # Nothing left to drop: return the attempt-free prompt and let the caller see it is over budget.
-        return PromptContext(messages, text, tokens, 0, len(attempts), over_budget=True)
+        return PromptContext(messages, text, tokens, 0, len(attempts), over_budget=True, templated=templated,
+                             reasoning_open=self._reasoning_open(messages, text))

@@ -1,6 +1,7 @@
 """Task records and loaders (bundled suite, external KernelBench checkout)."""
 
 from kevin.tasks.loader import (
+    bundled_solution_path,
     bundled_solutions_dir,
     bundled_tasks_dir,
     find_task,
@@ -15,6 +16,7 @@ from kevin.tasks.task import Task, TaskError, make_task, validate_task_source
 __all__ = [
     "Task",
     "TaskError",
+    "bundled_solution_path",
     "bundled_solutions_dir",
     "bundled_tasks_dir",
     "find_task",

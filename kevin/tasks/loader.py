@@ -23,6 +23,11 @@ def bundled_solutions_dir(backend: str) -> Path:
     return repo_root() / "data" / "solutions" / backend
 
 
+def bundled_solution_path(task: Task, backend: str) -> Path:
+    """Where the bundled reference solution of a bundled ``task`` lives (it may not exist for other tasks)."""
+    return bundled_solutions_dir(backend) / f"level{task.level}" / f"{task.name}.py"
+
+
 def read_source(path: Path) -> str:
     """Read a source file with clear errors for missing, binary and non-UTF-8 files."""
     if not path.exists():

@@ -86,6 +86,11 @@ class TrainConfig(Settings):
     loss: LossConfig = field(default_factory=LossConfig)
     """The GRPO objective: clip-higher, aggregation (Dr-GRPO), max completion length, KL coefficient."""
 
+    max_response_tokens: int | None = None
+    """Longest completion the update accepts: the run's largest response length limit (with a length schedule,
+    its highest value; the root config derives it). None: ``loss.max_completion_length``. The loss still divides
+    by ``loss.max_completion_length`` (the Dr-GRPO constant), also for longer completions."""
+
     lora: bool = False
     """Train LoRA adapters (peft) instead of every weight. The base weights stay frozen; checkpoints hold
     the adapter only; with beta > 0 the reference model is the base model with adapters disabled."""
@@ -138,6 +143,10 @@ class TrainConfig(Settings):
             self.loss = LossConfig.from_dict(self.loss)
         if not isinstance(self.loss, LossConfig):
             raise ValueError(f"train.loss must be a LossConfig or a dict of its settings, got {type(self.loss).__name__}")
+        limit = self.max_response_tokens
+        if limit is not None and (not _positive_int(limit) or limit < self.loss.max_completion_length):
+            raise ValueError(f"train.max_response_tokens must be a number of tokens >= loss.max_completion_length "
+                             f"({self.loss.max_completion_length}; the limit can only be raised), or null, got {limit!r}")
         if not _number(self.lr) or self.lr <= 0:
             raise ValueError(f"train.lr must be a positive number such as 2.0e-6, got {self.lr!r}")
         if not _number(self.warmup_ratio) or not 0 <= self.warmup_ratio < 1:
@@ -190,6 +199,11 @@ class TrainConfig(Settings):
                              "from partitioning and its adapters are small; use zero_stage 0 (replicated)")
         if not isinstance(self.device, str) or not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             raise ValueError(f"train.device must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+
+    @property
+    def response_limit(self) -> int:
+        """The longest completion the update accepts."""
+        return self.max_response_tokens or self.loss.max_completion_length
 
     @property
     def total_optimizer_steps(self) -> int:

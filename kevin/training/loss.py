@@ -151,8 +151,11 @@ class LossConfig(Settings):
     choice), `token_mean` (DAPO) or `sequence_mean` (original GRPO)."""
 
     max_completion_length: int = 16384
-    """The Dr-GRPO constant: set it to the generation's max new tokens (the paper: 16384, later 22528).
-    Completions longer than this are refused by ``policy_loss``. Unused by the other aggregations."""
+    """The Dr-GRPO constant: the generation's max new tokens (the paper: 16384). Under a length schedule that
+    raises the limit (the paper: 22528 from step 30) it keeps the FIRST limit, so a token's weight in the loss
+    does not change at the switch (docs/rl_core.md, "Response length"); the root config sets it. Completions
+    wider than this are refused by ``policy_loss`` unless its caller allows more (``max_width``). Unused by
+    the other aggregations."""
 
     beta: float = 0.0
     """KL-to-reference coefficient (k3 estimator). 0 (the paper's choice) loads no reference model."""
@@ -200,6 +203,7 @@ def policy_loss(
     logp_ref: torch.Tensor | None = None,
     num_sequences: float | None = None,
     num_tokens: float | None = None,
+    max_width: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GRPO loss (scalar, differentiable w.r.t. logp_new) and metrics for one (micro-)batch.
 
@@ -216,10 +220,12 @@ def policy_loss(
       kl_ref               mean k3 KL(pi_new || pi_ref), only when logp_ref is given.
     """
     _check_shapes(logp_new, logp_old, advantages, mask, logp_ref)
-    if logp_new.shape[1] > config.max_completion_length and config.aggregation == "dr_grpo":
+    width = config.max_completion_length if max_width is None else max_width
+    if logp_new.shape[1] > width and config.aggregation == "dr_grpo":
         raise ValueError(
-            f"completions are {logp_new.shape[1]} tokens wide but loss.max_completion_length is "
-            f"{config.max_completion_length}; set it to the generation's max new tokens"
+            f"completions are {logp_new.shape[1]} tokens wide but the longest allowed is {width} "
+            f"(loss.max_completion_length {config.max_completion_length}); set max_response_tokens, which sets it "
+            "to the generation's max new tokens"
         )
     if config.needs_reference and logp_ref is None:
         raise ValueError("loss.beta > 0 needs logp_ref (the reference model's log-probs); pass it or set beta to 0")

@@ -17,10 +17,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kevin.records.rollout import TrainingSample, Trajectory, Turn, save_records
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import Evaluate, Generate, run_rollouts
-from kevin.rollout.records import TrainingSample, Trajectory, Turn, save_records
 
 __all__ = ["StepResult", "build_samples", "rollout_metrics", "train_step"]
 
@@ -29,8 +29,19 @@ ROLLOUT_DIR = "rollout"
 
 
 def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int], list[float] | None]:
-    """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids."""
+    """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids.
+
+    The prompt scored is the prompt sampled: the backend's own prompt ids when it returned them, else the
+    locally rendered prompt text, which is what an in-process model or a completions endpoint sampled from.
+    A chat endpoint's server rendered the prompt with ITS template; without its ids that prompt is unknown
+    here, so such a turn is refused rather than scored on a prompt the model never saw."""
     prompt, response, logprobs = list(turn.prompt_token_ids), list(turn.response_token_ids), turn.logprobs
+    if not prompt and turn.server_template:
+        raise ValueError(f"{turn.task_id} traj {turn.trajectory} turn {turn.turn}: sampled through a chat endpoint, "
+                         "whose server applied its own chat template, and the server returned no prompt token ids, so "
+                         "the tokens the model saw are unknown here. Use the completions endpoint (the prompt is "
+                         "rendered here, with the model's template) or a server that returns token ids (vLLM: "
+                         "openai.return_token_ids: true)")
     if (not prompt or not response) and tokenizer is None:
         raise ValueError(f"{turn.task_id} traj {turn.trajectory} turn {turn.turn}: the backend returned no token ids "
                          "and no tokenizer was given to tokenize its text; pass tokenizer=")
@@ -104,7 +115,8 @@ class StepResult:
 
 def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, reward_cfg: RewardConfig,
                rollout_cfg: RolloutConfig, trainer: Any, *, out_dir: str | Path | None = None,
-               tokenizer: Any | None = None, rollout_fn: Callable[..., list[Trajectory]] = run_rollouts) -> StepResult:
+               tokenizer: Any | None = None, rollout_fn: Callable[..., list[Trajectory]] = run_rollouts,
+               max_response_tokens: int | None = None) -> StepResult:
     """Roll out ``tasks`` with ``policy``, score with ``evaluate``, and make one ``trainer.update``.
 
     ``out_dir`` (one directory per step): the rollout goes to ``out_dir/rollout`` turn by turn and the
@@ -112,10 +124,20 @@ def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, rewar
     its rollout (a finished one is reused as is), so a killed step replays on the same data.
     ``tokenizer`` (default: ``policy.tokenizer``) renders prompts with the chat template and tokenizes
     responses of backends that return no token ids. ``rollout_fn`` replaces ``run_rollouts`` (same
-    signature), e.g. a synthetic environment in the tests.
+    signature), e.g. a synthetic environment in the tests. ``max_response_tokens``: the response length limit of
+    this step (``RunConfig.response_tokens_at(step)``, which a length schedule raises); it is set on the policy
+    (``set_max_response_tokens``) before the rollout. Either way the policy's limit is checked against the
+    trainer's: at least the loss's Dr-GRPO constant, at most the longest completion the trainer accepts.
     """
     tokenizer = tokenizer if tokenizer is not None else getattr(policy, "tokenizer", None)
     _check_temperatures(policy, trainer)
+    if max_response_tokens is not None:
+        setter = getattr(policy, "set_max_response_tokens", None)
+        if setter is None:
+            raise TypeError(f"{type(policy).__name__} has no set_max_response_tokens: it cannot follow a length "
+                            "schedule; build it with the step's limit and leave max_response_tokens unset")
+        setter(max_response_tokens)
+    _check_lengths(policy, trainer)
     out = Path(out_dir) if out_dir is not None else None
     trajectories = rollout_fn(tasks, policy, evaluate, rollout_cfg, tokenizer=tokenizer,
                               out_dir=out / ROLLOUT_DIR if out is not None else None, resume=out is not None)
@@ -133,3 +155,22 @@ def _check_temperatures(policy: Any, trainer: Any) -> None:
     if sampling and training and abs(float(sampling) - float(training)) > 1e-9:
         raise ValueError(f"the policy samples at temperature {sampling} but the trainer computes log-probs at "
                          f"{training}; set train.temperature to the sampling temperature")
+
+
+def _check_lengths(policy: Any, trainer: Any) -> None:
+    """The Dr-GRPO loss divides every sequence's token sum by a constant that must be the response length limit:
+    a constant 16x the limit makes the loss (and how often the gradient clip bites) 16x off."""
+    limit = getattr(policy, "max_response_tokens", None)
+    config = getattr(trainer, "config", None)
+    loss = getattr(config, "loss", None)
+    if limit is None or loss is None:
+        return
+    constant, accepted = loss.max_completion_length, getattr(config, "response_limit", loss.max_completion_length)
+    if loss.aggregation == "dr_grpo" and limit < constant:
+        raise ValueError(f"the policy stops responses at {limit} tokens but the loss divides by "
+                         f"loss.max_completion_length = {constant} (Dr-GRPO's constant), which would make the loss "
+                         f"{constant / limit:.3g}x too small; set max_response_tokens once (kevin.config.RunConfig hands "
+                         "it to both)")
+    if limit > accepted:
+        raise ValueError(f"the policy may write {limit}-token responses but the trainer accepts at most {accepted} "
+                         "(train.max_response_tokens); raise the limit through response_length_schedule, which sets both")

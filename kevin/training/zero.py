@@ -6,10 +6,10 @@ GPU and tells each one, through the environment, to use ZeRO stage 3)::
     accelerate launch --config_file configs/accelerate_zero3.yaml --num_processes N your_train_script.py
 
 ``GRPOTrainer`` then hands its model and AdamW to ``deepspeed.initialize`` (``train.zero_stage`` = 3, or
-left unset under that launch). What changes against the replicated update (``distributed.py``):
+left unset under that launch). What changes against the replicated update (``kevin/distributed.py``):
 - every forward and backward gathers the parameters a layer needs from all processes, so every process
   must make the SAME number of passes: a process with fewer micro-batches than the others makes zero-loss
-  passes (``distributed.max_over_processes``) instead of waiting in a collective that never comes;
+  passes (``kevin.distributed.max_over_processes``) instead of waiting in a collective that never comes;
 - DeepSpeed reduces the gradients into each process's partition and clips the global norm itself
   (``gradient_clipping`` = ``train.max_grad_norm``), and skips the step when that norm is not finite;
 - the weights stay float32 masters (DeepSpeed's own bf16/fp16 modes are off) and the trainer's bf16

@@ -136,6 +136,15 @@ class FakeServer:
                 text = f"echo:{prompt}"
                 ids = [ord(c) for c in text[:4]]
                 choice = {"index": 0, "finish_reason": server.finish_reason}
+                extra = {}
+                if body.get("return_token_ids"):  # as vLLM: the response's ids, and the prompt's as IT rendered it
+                    choice["token_ids"] = ids
+                    rendered = [900 + len(m.get("content", "")) for m in body.get("messages", [])] or [
+                        ord(c) for c in body["prompt"][:8]]
+                    if self.path == "/v1/completions":
+                        choice["prompt_token_ids"] = rendered
+                    else:
+                        extra["prompt_token_ids"] = rendered
                 if self.path == "/v1/completions":
                     choice["text"] = text
                     if server.logprobs and body.get("logprobs") is not None:
@@ -150,7 +159,7 @@ class FakeServer:
                                                            "top_logprobs": []} for i in ids]}
                     obj = "chat.completion"
                 self._send(200, {"id": "x", "object": obj, "created": 0, "model": body.get("model"),
-                                 "choices": [choice]})
+                                 "choices": [choice], **extra})
 
         return Handler
 
@@ -312,7 +321,7 @@ def test_parse_response_vllm_token_ids_and_mismatch():
         parse_response({"choices": []}, "chat")
 
 
-@pytest.mark.parametrize("bad", [dict(model=""), dict(base_url="localhost:8000"), dict(api_key_env="sk-abc123"),
+@pytest.mark.parametrize("bad", [dict(model=3), dict(base_url="localhost:8000"), dict(api_key_env="sk-abc123"),
                                  dict(endpoint="responses"), dict(max_concurrency=0), dict(retries=-1),
                                  dict(timeout_s=0), dict(top_p=0), dict(temperature=-1), dict(max_tokens=0),
                                  dict(seed=-1), dict(stop=[""]), dict(extra_body=[])])
@@ -321,12 +330,96 @@ def test_config_validation(bad):
         OpenAIConfig(**{"model": "m", **bad})
 
 
+def test_a_policy_needs_the_served_model_name():
+    OpenAIConfig(model="")  # a config section may leave it to the run's policy.model
+    with pytest.raises(ValueError, match="served model"):
+        OpenAIPolicy(OpenAIConfig(model=""))
+
+
 def test_config_round_trip():
     cfg = OpenAIConfig(model="m", seed=3, stop=["x"])
     assert OpenAIConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.server_root == "http://127.0.0.1:8000"
     with pytest.raises(ValueError, match="unknown"):
         OpenAIConfig.from_dict({"model": "m", "temprature": 1.0})
+
+
+# ------------------------------------------------------------ the sampled prompt is the scored prompt
+
+
+def _rollout_through(server_url: str, tokenizer, **overrides):
+    from kevin.rollout.config import RolloutConfig
+    from kevin.rollout.loop import run_rollouts
+    from kevin.tasks import make_task
+    from tests.conftest import identity_task_source
+    from tests.rollout.test_loop import ScriptedEvaluator
+
+    task = make_task("toy/a", 1, "a", identity_task_source())
+    with policy_for(server_url, **overrides) as policy:
+        (traj,) = run_rollouts([task], policy, ScriptedEvaluator(), RolloutConfig(trajectories=1, turns=1),
+                               tokenizer=tokenizer)
+    return traj
+
+
+def test_chat_endpoint_sends_the_messages_not_a_templated_prompt(fake):
+    """With a tokenizer the loop renders its chat template; the chat endpoint must still send the MESSAGES
+    (the server templates them), or the model samples from a prompt templated twice that nobody scores."""
+    from kevin.records.rollout import Trajectory
+    from kevin.rewards import RewardConfig
+    from kevin.training.step import build_samples
+    from tests.chat_templates import PLAIN, chat_tokenizer
+
+    tok = chat_tokenizer(PLAIN)
+    server = fake()
+    traj = _rollout_through(server.base_url, tok, endpoint="chat")
+    (sent,) = server.completion_requests()
+    (turn,) = traj.turns
+    assert sent["messages"] == turn.prompt_messages  # the messages as built, not the rendered template
+    assert "<|im_start|>" not in json.dumps(sent) and turn.prompt.startswith("<|im_start|>user")
+    assert turn.server_template
+    # The server's template is unknown here and it gave no prompt ids: training on the turn is refused.
+    with pytest.raises(ValueError, match="chat endpoint.*no prompt token ids"):
+        build_samples([Trajectory("toy/a", 0, [turn])], RewardConfig(), tok)
+
+    # A server that returns its prompt token ids (vLLM's return_token_ids): those are what the trainer scores.
+    server = fake()
+    traj = _rollout_through(server.base_url, tok, endpoint="chat", return_token_ids=True)
+    (sample,) = build_samples([traj], RewardConfig(), tok)
+    assert sample.prompt_token_ids == [900 + len(m["content"]) for m in traj.turns[0].prompt_messages]
+
+
+def test_completions_endpoint_sends_the_rendered_prompt_the_trainer_scores(fake):
+    from kevin.rewards import RewardConfig
+    from kevin.training.step import build_samples
+    from tests.chat_templates import QWQ, chat_tokenizer
+
+    tok = chat_tokenizer(QWQ)
+    server = fake()
+    traj = _rollout_through(server.base_url, tok, endpoint="completions")
+    (sent,) = server.completion_requests()
+    (turn,) = traj.turns
+    assert sent["prompt"] == turn.prompt and turn.prompt.endswith("<|im_start|>assistant\n<think>\n")
+    assert not turn.server_template and turn.reasoning_opened_by_prompt
+    (sample,) = build_samples([traj], RewardConfig(), tok)
+    assert sample.prompt_token_ids == tok.encode(sent["prompt"], add_special_tokens=False)
+    assert "add_special_tokens" not in sent  # a field other servers may refuse, sent only to vLLM
+    # vLLM (return_token_ids): told to add no BOS of its own, so its ids are the rendered text's; those are scored.
+    server = fake()
+    traj = _rollout_through(server.base_url, tok, endpoint="completions", return_token_ids=True)
+    (sent,) = server.completion_requests()
+    assert sent["add_special_tokens"] is False and sent["return_token_ids"] is True
+    (sample,) = build_samples([traj], RewardConfig(), tok)
+    assert sample.prompt_token_ids == [ord(c) for c in sent["prompt"][:8]]  # the server's ids, as it returned them
+
+
+def test_reasoning_parser_output_cut_off_mid_reasoning_stays_unclosed():
+    # vLLM's reasoning parser: everything went into reasoning_content and the length limit hit.
+    cut = {"choices": [{"message": {"content": None, "reasoning_content": "Okay, the draft"}, "finish_reason": "length"}]}
+    assert parse_response(cut, "chat").text == "<think>\nOkay, the draft"
+    done = {"choices": [{"message": {"content": "code", "reasoning_content": "Okay."}, "finish_reason": "stop"}]}
+    assert parse_response(done, "chat").text == "<think>\nOkay.\n</think>\ncode"
+    assert parse_response(done, "chat").server_template and not parse_response(
+        {"choices": [{"text": "x", "finish_reason": "stop"}]}, "completions").server_template
 
 
 # -------------------------------------------------------------------------------------- weight sync
@@ -511,9 +604,15 @@ def test_real_server_completions_order_truncation_no_logprobs(served):
 
 
 def test_real_server_chat_endpoint(served):
+    from kevin.records.generation import Prompt
+
+    messages = [{"role": "user", "content": "write a fast relu kernel"}]
+    # A Prompt record's rendered text must not be sent: the server gets (and templates) its messages.
+    record = Prompt(messages=messages, text="<|im_start|>user\nNOT SENT<|im_end|>\n", templated=True)
     with real_policy(served, endpoint="chat", max_concurrency=2) as policy:
-        outs = policy.generate([[{"role": "user", "content": "write a fast relu kernel"}], "class ModelNew"])
-    assert len(outs) == 2 and all(isinstance(o.text, str) and o.truncated for o in outs)
+        outs = policy.generate([messages, "class ModelNew", record])
+    assert len(outs) == 3 and all(isinstance(o.text, str) and o.truncated and o.server_template for o in outs)
+    assert outs[2].text == outs[0].text  # greedy: the record was answered as its messages
 
 
 def test_real_server_stop_at_eos_is_not_truncated(served):

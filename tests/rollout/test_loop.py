@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from kevin.evaluation.records import Candidate, EvalResult, Status
+from kevin.records.evaluation import Candidate, EvalResult, Status
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import GenerationOut, load_rollout, read_meta, run_rollouts, turn_path
+from kevin.records.generation import GenerationOut
+from kevin.rollout.loop import load_rollout, read_meta, run_rollouts, turn_path
 from kevin.rollout.prompts import approx_tokens
 from kevin.tasks import make_task
 from tests.conftest import identity_task_source
@@ -85,7 +86,7 @@ def test_batches_one_generate_and_one_evaluate_call_per_turn(tasks, tmp_path):
     assert good.response_token_ids == [0, 0, 7] and good.logprobs == [-0.1, -0.2, -0.3]
     assert good.prompt_tokens == 5 and good.response_tokens == 3
     assert good.feedback.startswith("Your kernel compiled and ran but its output is incorrect")  # filled by the loop
-    assert good.result["candidate_id"] == "toy/a#traj0#turn0"
+    assert good.result.candidate_id == "toy/a#traj0#turn0"
 
 
 def test_second_turn_context_has_kernel_summary_feedback_but_no_reasoning(tasks):
@@ -196,6 +197,56 @@ def test_resume_refuses_a_different_setup(tasks, tmp_path):
                      out_dir=out, resume=True)
 
 
+@pytest.mark.parametrize("change", [dict(turns=3), dict(max_prompt_tokens=4096), dict(include_example=False),
+                                    dict(early_stop_speedup=1.0), dict(system_prompt="Be brief."),
+                                    dict(prompt_opens_reasoning=True)])
+def test_resume_refuses_any_setting_that_changes_the_turns(tasks, tmp_path, change):
+    out = tmp_path / "rollout"
+    cfg = RolloutConfig(trajectories=1, turns=2)
+    with pytest.raises(RuntimeError, match="evaluator died"):  # one turn on disk, the rollout unfinished
+        run_rollouts(tasks, ScriptedGenerator(), ScriptedEvaluator(crash_on_call=1), cfg, out_dir=out)
+    (name, value), = change.items()
+    with pytest.raises(ValueError, match=rf"rollout\.{name} = .* and this run has {value!r}"):
+        run_rollouts(tasks, ScriptedGenerator(), ScriptedEvaluator(),
+                     RolloutConfig(**{"trajectories": 1, "turns": 2, **change}), out_dir=out, resume=True)
+    # Presentation only: a progress bar may be switched on for the resumed part.
+    trajs = run_rollouts(tasks, ScriptedGenerator(), ScriptedEvaluator(),
+                         RolloutConfig(trajectories=1, turns=2, show_progress=True), out_dir=out, resume=True)
+    assert all(len(t.turns) == 2 for t in trajs)
+
+
+@pytest.mark.parametrize("template", ["QWQ", "R1_DISTILL"])
+def test_reasoning_cut_off_under_a_template_that_opens_it(tasks, template):
+    """The template writes <think> into the prompt; a response cut off mid-reasoning has neither tag. It must be
+    a parse error that says so, and none of its reasoning may reach the next turn's context."""
+    pytest.importorskip("transformers")
+    from tests import chat_templates
+
+    tok = chat_templates.chat_tokenizer(getattr(chat_templates, template))
+    cut = ("Okay, a first draft:\n```python\nclass ModelNew(nn.Module):  # DRAFT-KERNEL\n    x = 1\n```\n"
+           "Wait, SECRET-REASONING says the indexing is off, so")
+    finished = ("Okay, SECRET-REASONING again.\n</think>\n\n```python\nclass ModelNew(nn.Module):  # FINAL\n"
+                "    x = 2\n```\nOne loop over the elements.")
+    responses = iter([cut, finished, finished])
+
+    def gen(prompts):
+        assert all(p.templated and p.text.endswith("<think>\n") for p in prompts)
+        return [GenerationOut(text=next(responses), truncated=k == 0) for k, _ in enumerate(prompts)]
+
+    ev = ScriptedEvaluator()
+    (traj,) = run_rollouts(tasks[:1], gen, ev, RolloutConfig(trajectories=1, turns=3), tokenizer=tok)
+    first, second, third = traj.turns
+    assert first.reasoning_opened_by_prompt and first.truncated
+    assert first.parse_error and first.kernel == "" and first.summary == ""
+    assert first.feedback == ("Your response could not be parsed: the reasoning was never closed with </think>, so no "
+                              "answer followed it (the response was cut off at the length limit).")
+    assert [len(c) for c in ev.calls] == [1, 1]  # the draft was never evaluated
+    assert not second.parse_error and "# FINAL" in second.kernel and second.summary == "One loop over the elements."
+    for later in (second, third):
+        assert "SECRET-REASONING" not in later.prompt and "DRAFT-KERNEL" not in later.prompt
+    assert "the reasoning was never closed" in second.prompt
+
+
 def test_wrong_batch_sizes_and_bad_tasks_are_clear_errors(tasks):
     with pytest.raises(RuntimeError, match="generate returned 1 outputs for 2 prompts"):
         run_rollouts(tasks, lambda prompts: [GenerationOut("x")], ScriptedEvaluator(), RolloutConfig(trajectories=1, turns=1))
@@ -230,6 +281,7 @@ def test_progress_bar_option(tasks, capsys):
     ({"early_stop_speedup": -1.0}, "early_stop_speedup must be >= 0"),
     ({"early_stop_speedup": float("nan")}, "early_stop_speedup must be >= 0"),
     ({"early_stop_speedup": "fast"}, "a number or None"),
+    ({"prompt_opens_reasoning": "yes"}, "true, false or null"),
 ])
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -26,7 +26,7 @@ def test_reference_solution_in_a_response_is_correct(relu_task, tmp_path):
     assert [len(p) for p in prompts_seen] == [1, 1]
     for traj in trajs:
         for turn in traj.turns:
-            result = turn.eval_result()
+            result = turn.result
             assert result.status is Status.CORRECT, result.error
             assert result.speedup > 0 and turn.score == pytest.approx(0.3 + result.speedup)
         assert "is correct and runs at" in traj.turns[1].prompt  # turn 0's verdict reached turn 1's context

@@ -114,3 +114,52 @@ def test_find_code_blocks_spans():
     blocks = find_code_blocks(text)
     assert [(b.lang, b.code, b.terminated) for b in blocks] == [("python", "x = 1\n", True), ("cpp", "int y;\n", False)]
     assert text[blocks[0].end:] == "b\n```cpp\nint y;\n"
+
+
+# --------------------------------------------------------------------- the prompt opened the reasoning
+
+def test_cut_off_mid_reasoning_is_a_parse_error_when_the_prompt_opened_it():
+    # QwQ-style: the template wrote "<think>\n", the response never closes it and contains a draft.
+    text = f"Okay, a first draft:\n{fenced(DRAFT)}Hmm, the draft is wrong because"
+    r = parse_response(text, truncated=True, reasoning_open=True)
+    assert r.parse_error and r.kernel == "" and r.summary == ""
+    assert r.error == ("the reasoning was never closed with </think>, so no answer followed it "
+                       "(the response was cut off at the length limit)")
+    assert r.feedback.startswith("Your response could not be parsed: the reasoning was never closed")
+    assert r.reasoning == text.strip()  # kept for the monitors, never for the context
+    # The same text without that knowledge reads as a plain answer: the draft becomes the kernel.
+    assert parse_response(text, truncated=True).kernel == DRAFT
+
+
+def test_closed_reasoning_after_an_opened_prompt():
+    text = f"Okay, a draft:\n{fenced(DRAFT)}That works.\n</think>\n\n{fenced(KERNEL)}\nOne fused loop."
+    r = parse_response(text, reasoning_open=True)
+    assert not r.parse_error and r.kernel == KERNEL and r.summary == "One fused loop."
+    assert r.reasoning.startswith("Okay, a draft:") and r.reasoning.endswith("That works.")
+    # A model that writes the opening tag again anyway: the stray tag is not part of the reasoning.
+    again = parse_response(f"<think>\nOkay.\n</think>\n{fenced(KERNEL)}Done.", reasoning_open=True)
+    assert again.reasoning == "Okay." and again.kernel == KERNEL
+
+
+def test_summary_never_carries_reasoning():
+    text = (f"<think>\nOkay.\n</think>\n{fenced(KERNEL)}A fused loop. <think>secret thoughts</think> Then more. "
+            "<think>unclosed secret")
+    r = parse_response(text)
+    assert r.summary == "A fused loop.  Then more." and "secret" not in r.summary
+
+
+@pytest.mark.parametrize("name, expected", [("QWQ", True), ("R1_DISTILL", True), ("QWEN3_HYBRID", False),
+                                            ("PLAIN", False)])
+def test_which_chat_templates_open_the_reasoning(name, expected):
+    pytest.importorskip("transformers")
+    from kevin.rollout.parsing import opens_reasoning, template_opens_reasoning
+    from tests import chat_templates
+
+    tok = chat_templates.chat_tokenizer(getattr(chat_templates, name))
+    assert template_opens_reasoning(tok) is expected
+    messages = [{"role": "user", "content": "the task; an attempt quoting <think> in its summary"}]
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert opens_reasoning(text, messages[0]["content"]) is expected  # the quoted tag is not the template's
+    if name == "QWEN3_HYBRID":  # thinking switched off: an empty block, opened and closed again
+        off = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)
+        assert off.endswith("<think>\n\n</think>\n\n") and not opens_reasoning(off, messages[0]["content"])

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
-from kevin.training.distributed import shard
+from kevin.distributed import shard
 from kevin.training.loss import LossConfig
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
@@ -32,7 +32,7 @@ def _samples() -> list[TrainingSample]:
 
 def _train(out_file: str | None = None) -> dict:
     """One update from the same initial weights; the first step's summed gradient, the weights, the metrics."""
-    from kevin.training.distributed import sum_gradients, world
+    from kevin.distributed import sum_gradients, world
     from kevin.training.trainer import GRPOTrainer
 
     tok = tiny_tokenizer()

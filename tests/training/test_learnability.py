@@ -23,7 +23,8 @@ import torch
 from kevin.policy.hf import HFPolicy, SamplingConfig
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.records import Trajectory, Turn
+from kevin.records.evaluation import EvalResult, Status
+from kevin.records.rollout import Trajectory, Turn
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.step import train_step
@@ -55,15 +56,15 @@ def char_rollout(tasks, generate, evaluate, config: RolloutConfig, *, tokenizer,
             msgs = [{"role": "user", "content": f"write {by_id[traj.task_id].target}"}]
             for prev in traj.turns:
                 msgs += [{"role": "assistant", "content": prev.response},
-                         {"role": "user", "content": prev.result["feedback"] + ". again"}]
+                         {"role": "user", "content": prev.feedback + ". again"}]
             messages.append(msgs)
         prompts = [tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in messages]
         for traj, prompt, out in zip(trajs, prompts, generate(prompts)):
             score = evaluate(by_id[traj.task_id], out.text)
             traj.turns.append(Turn(
                 task_id=traj.task_id, trajectory=traj.index, turn=turn, prompt=prompt, response=out.text,
-                result={"status": "correct" if score > 0 else "incorrect", "score": score,
-                        "feedback": f"score {score:.2f}"},
+                result=EvalResult(task_id=traj.task_id, candidate_id="c", score=score, correct=score > 0,
+                                  status=Status.CORRECT if score > 0 else Status.INCORRECT, feedback=f"score {score:.2f}"),
                 prompt_token_ids=out.prompt_token_ids, response_token_ids=out.token_ids, logprobs=out.logprobs,
                 truncated=out.truncated, prompt_tokens=len(out.prompt_token_ids), response_tokens=len(out.token_ids)))
     return trajs
@@ -100,5 +101,5 @@ def test_grpo_raises_the_reward_of_a_multi_turn_synthetic_task(tmp_path):
         s0, s1 = (t.score for t in traj.turns)
         r0, r1 = (s.reward for s in result.samples if (s.task_id, s.trajectory) == (traj.task_id, traj.index))
         assert r1 == pytest.approx(s1) and r0 == pytest.approx(s0 + GAMMA * s1)
-        assert traj.turns[0].result["feedback"] in traj.turns[1].prompt  # turn 1 saw turn 0's feedback
+        assert traj.turns[0].feedback in traj.turns[1].prompt  # turn 1 saw turn 0's feedback
     assert (tmp_path / f"step_{STEPS - 1}" / "samples.jsonl").is_file()

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kevin.evaluation.records import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Status
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import GenerationOut, load_rollout
-from kevin.rollout.records import TrainingSample, Trajectory, Turn, load_records
+from kevin.records.generation import GenerationOut
+from kevin.rollout.loop import load_rollout
+from kevin.records.rollout import TrainingSample, Trajectory, Turn, load_records
 from kevin.tasks import make_task
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
@@ -19,9 +20,13 @@ from tests.conftest import identity_task_source
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
 
+def verdict(score: float) -> EvalResult:
+    status = Status.CORRECT if score > 0 else Status.INCORRECT
+    return EvalResult(task_id="t", candidate_id="c", status=status, correct=score > 0, score=score)
+
+
 def turn(task, traj, t, score, **kw):
-    status = "correct" if score > 0 else "incorrect"
-    return Turn(task_id=task, trajectory=traj, turn=t, result={"status": status, "score": score},
+    return Turn(task_id=task, trajectory=traj, turn=t, result=verdict(score),
                 prompt_token_ids=[5, 6], response_token_ids=[7, 8, 1], logprobs=[-1.0, -1.0, -0.5], **kw)
 
 
@@ -51,10 +56,10 @@ def test_build_samples_discounted_returns_and_task_groups():
 
 def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
     tok = tiny_tokenizer()
-    t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result={"status": "correct", "score": 1.0},
+    t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result=verdict(1.0),
               logprobs=[-0.1])
     t1 = Turn(task_id="a", trajectory=1, turn=0, prompt="<u>hi<a>", response="abc", truncated=True,
-              result={"status": "incorrect", "score": 0.0})
+              result=verdict(0.0))
     s0, s1 = build_samples([Trajectory("a", 0, [t0]), Trajectory("a", 1, [t1])], RewardConfig(), tok)
     assert s0.prompt_token_ids == tok.encode("<u>hi<a>", add_special_tokens=False)
     assert s0.completion_token_ids == tok.encode("ab", add_special_tokens=False) + [tok.eos_token_id]
@@ -123,3 +128,52 @@ def test_train_step_refuses_mismatched_temperatures():
     trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=0.9, device="cpu"))
     with pytest.raises(ValueError, match="temperature"):
         train_step([], Generator(), evaluate, RewardConfig(), RolloutConfig(), trainer)
+
+
+# ------------------------------------------------------------------------------ response length
+
+
+def test_train_step_refuses_a_dr_grpo_constant_that_is_not_the_response_limit():
+    """The loss divided by 16384 while generation stopped at 1024 tokens: 16x too small a loss."""
+    from kevin.policy.hf import HFPolicy, SamplingConfig
+
+    tok = tiny_tokenizer()
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=0.9, device="cpu"))  # constant 16384
+    policy = HFPolicy(trainer.model, tok, SamplingConfig(temperature=0.9, max_new_tokens=1024))
+    with pytest.raises(ValueError, match=r"divides by loss.max_completion_length = 16384 .* 16x too small"):
+        train_step([], policy, evaluate, RewardConfig(), RolloutConfig(), trainer)
+
+
+def test_length_schedule_raises_the_policy_limit_within_what_the_trainer_accepts(tmp_path):
+    """A schedule 8 -> 12 tokens: the step's limit is set on the policy; the loss keeps dividing by 8."""
+    from kevin.policy.hf import HFPolicy, SamplingConfig
+
+    tok = tiny_tokenizer()
+    tasks = [make_task("toy/a", 1, "a", identity_task_source())]
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=1.0, device="cpu", max_response_tokens=12,
+                                                       loss=LossConfig(max_completion_length=8)), tokenizer=tok)
+    policy = HFPolicy(trainer.model, tok, SamplingConfig(temperature=1.0, max_new_tokens=8, seed=0, stop_token_ids=[]))
+    cfg = RolloutConfig(trajectories=2, turns=1, max_prompt_tokens=10**5)
+    before = train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=8)
+    after = train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=12)
+    assert policy.max_response_tokens == 12
+    assert max(len(s.completion_token_ids) for s in before.samples) <= 8
+    assert max(len(s.completion_token_ids) for s in after.samples) <= 12
+    with pytest.raises(ValueError, match="accepts at most 12"):
+        train_step(tasks, policy, evaluate, RewardConfig(), cfg, trainer, max_response_tokens=16)
+
+
+def test_the_loss_scale_does_not_change_when_the_limit_is_raised():
+    """Documented choice (docs/rl_core.md): the Dr-GRPO constant stays at the first limit, so every token weighs
+    1 / (B x 8) before and after a raise to 12. On-policy, a token's loss is -A: for advantages (1, -0.5) over
+    completions of 10 and 4 tokens the loss is -(1 x 10 - 0.5 x 4) / (2 x 8) = -0.5."""
+    tok = tiny_tokenizer()
+    trainer = GRPOTrainer(tiny_model(tok), TrainConfig(temperature=1.0, device="cpu", max_response_tokens=12,
+                                                       loss=LossConfig(max_completion_length=8)))
+    samples = [TrainingSample([5, 6, 7], [8] * 10, None, 0.0, 1.0, "t", 0, 0),
+               TrainingSample([5, 6], [9] * 4, None, 0.0, -0.5, "t", 1, 0)]
+    metrics = trainer.accumulate_gradients(samples)
+    assert metrics["loss"] == pytest.approx(-0.5, abs=1e-6) and metrics["tokens"] == 14
+    too_long = [TrainingSample([5], [8] * 13, None, 0.0, 1.0, "t", 0, 0)]
+    with pytest.raises(ValueError, match="more than the 12 this trainer accepts"):
+        trainer.update(too_long)

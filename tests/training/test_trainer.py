@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.trainer import (
@@ -412,3 +412,31 @@ def test_accelerate_zero3_config_parses():
     cfg = ClusterConfig.from_yaml_file(str(path))
     assert cfg.distributed_type.value == "DEEPSPEED" and cfg.deepspeed_config["zero_stage"] == 3
     assert cfg.deepspeed_config["gradient_clipping"] == TrainConfig().max_grad_norm
+
+
+# ------------------------------------------------------------------------------ RNG
+
+
+def test_the_trainer_leaves_the_global_rng_to_the_entry_point(model):
+    """Building a trainer must not reseed: that would reset whatever the program drew before it."""
+    torch.manual_seed(123)
+    random.seed(123)
+    torch_before, python_before = torch.get_rng_state(), random.getstate()
+    GRPOTrainer(model, config())
+    assert torch.equal(torch.get_rng_state(), torch_before) and random.getstate() == python_before
+
+
+def test_seed_everything_makes_lora_initialisation_repeatable(tok):
+    from kevin.training.rng import rng_state, seed_everything, set_rng_state
+
+    def lora_factors():
+        seed_everything(7)  # what an entry point does before building the model and trainer
+        trainer = GRPOTrainer(tiny_model(tok, seed=3), config(lora=True, lora_r=4))
+        return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_A" in n}
+
+    first, second = lora_factors(), lora_factors()
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+    state = rng_state()
+    draw = torch.rand(3)
+    set_rng_state(state)
+    assert torch.equal(torch.rand(3), draw)

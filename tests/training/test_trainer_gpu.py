@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kevin.policy.hf import HFPolicy, SamplingConfig
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
 from kevin.training.trainer import GRPOTrainer, sequence_logprobs

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kevin.rollout.records import TrainingSample
+from kevin.records.rollout import TrainingSample
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
-from kevin.training.trainer import _load_safetensors_dir as _weights
+from kevin.training.checkpoint import load_safetensors_dir as _weights
 from kevin.training.zero import clipped_norm, deepspeed_config, stage_from_launcher
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root: `
 
 
 def main() -> None:
-    from kevin.training.distributed import init_from_env
+    from kevin.distributed import init_from_env
     from kevin.training.trainer import GRPOTrainer
     from tests.tiny_lm import tiny_model, tiny_tokenizer
     from tests.training.test_zero3_cpu import _batch, _config

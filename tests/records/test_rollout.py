@@ -1,4 +1,5 @@
-"""Rollout records: JSON round trips, atomic JSONL files, grouping."""
+"""Rollout records: JSON round trips (the verdict typed in memory, a dict only in the file), atomic JSONL
+files, grouping."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import math
 
 import pytest
 
-from kevin.evaluation.records import EvalResult, Status
-from kevin.rollout.records import (
+from kevin.records.evaluation import EvalResult, Status
+from kevin.records.jsonl import atomic_write_text
+from kevin.records.rollout import (
     TrainingSample,
     Trajectory,
     Turn,
-    atomic_write_text,
     group_trajectories,
     load_records,
     load_turns,
@@ -25,7 +26,7 @@ def make_turn(task="t/a", traj=0, turn=0, status=Status.CORRECT, speedup=1.5) ->
     result = EvalResult(task_id=task, candidate_id="c", status=status, correct=status is Status.CORRECT,
                         speedup=speedup, score=0.3 + speedup, max_abs_error=math.inf, feedback="fb")
     return Turn(task_id=task, trajectory=traj, turn=turn, prompt="p", prompt_messages=[{"role": "user", "content": "p"}],
-                response="r", reasoning="Okay", kernel="class ModelNew: ...", summary="s", result=result.to_dict(),
+                response="r", reasoning="Okay", kernel="class ModelNew: ...", summary="s", result=result,
                 prompt_tokens=3, response_tokens=2, prompt_token_ids=[1, 2, 3], response_token_ids=[4, 5],
                 logprobs=[-0.5, -1.25])
 
@@ -35,10 +36,10 @@ def test_turn_round_trip_and_accessors(tmp_path):
     again = Turn.from_dict(json.loads(json.dumps(turn.to_dict())))
     assert again == turn
     assert again.status is Status.CORRECT and again.correct and again.speedup == 1.5 and again.score == 1.8
-    assert again.feedback == "fb" and again.eval_result().status is Status.CORRECT
+    assert again.feedback == "fb" and again.result == turn.result and isinstance(again.result, EvalResult)
     path = save_turns(tmp_path / "b.jsonl", [turn, make_turn(traj=1)])
     assert load_turns(path) == [turn, make_turn(traj=1)]
-    assert math.isinf(load_turns(path)[0].eval_result().max_abs_error)  # inf survives the file
+    assert math.isinf(load_turns(path)[0].result.max_abs_error)  # inf survives the file
 
 
 def test_trajectory_and_sample_round_trip(tmp_path):
@@ -57,7 +58,7 @@ def test_trajectory_and_sample_round_trip(tmp_path):
 def test_unknown_keys_are_ignored_and_missing_keys_are_named():
     data = make_turn().to_dict() | {"added_by_a_newer_version": 1}
     assert Turn.from_dict(data) == make_turn()
-    with pytest.raises(ValueError, match=r"missing fields \['task_id'\]"):
+    with pytest.raises(ValueError, match=r"missing fields \['task_id', 'result'\]"):
         Turn.from_dict({"trajectory": 0, "turn": 0})
     with pytest.raises(ValueError):
         Turn.from_dict(make_turn().to_dict() | {"result": {"status": "nonsense"}})
@@ -79,7 +80,7 @@ def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("disk went away during the rename")
 
-    monkeypatch.setattr("kevin.rollout.records.os.replace", crash)
+    monkeypatch.setattr("kevin.records.jsonl.os.replace", crash)
     with pytest.raises(OSError):
         save_turns(path, [make_turn()])
     assert path.read_text() == "old\n"

@@ -1,24 +1,20 @@
 """Rollout records: one Turn per (task, trajectory, turn), Trajectories of turns, TrainingSamples.
 
-Records are stdlib dataclasses of plain data so that a rollout batch is a JSONL file any stage (the
-trainer, the monitors, the analysis notebooks) can read without this package's objects. The
-evaluator's verdict is kept as the dict ``EvalResult.to_dict()`` gives, for the same reason.
-
-Files are written to a temporary sibling and renamed into place: a crash leaves either the old file
-or the new one, never half a file (``os.replace`` is atomic within one filesystem).
+A Turn holds its verdict as a typed ``EvalResult``; records become plain JSON only at the file boundary
+(``to_dict`` / ``from_dict``, JSONL through ``save_records`` / ``load_records``), so a rollout batch is a
+file any stage (the trainer, the monitors, the analysis notebooks) can read without this package.
+``TrainingSample`` is the trainer's input: the training layer imports it from here, never from the rollout.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
-from kevin.evaluation.records import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Status
+from kevin.records.jsonl import read_jsonl, write_jsonl
 
 
 def _from_dict(cls: type, data: dict[str, Any], what: str) -> Any:
@@ -45,8 +41,11 @@ class Turn:
     """Index of the trajectory within its task (0 .. m-1)."""
     turn: int
     """0-based turn number within the trajectory."""
+    result: EvalResult
+    """The kernel's verdict (a parse-error verdict built without evaluation when nothing could be parsed)."""
     prompt: str = ""
-    """The exact text given to the policy (chat template applied when a tokenizer was given)."""
+    """The prompt rendered here: the chat template applied when a tokenizer was given, else the plain message
+    text. It is what was sampled unless ``server_template`` (then the server's ``prompt_token_ids`` are)."""
     prompt_messages: list[dict[str, str]] = field(default_factory=list)
     """The chat messages the prompt was rendered from."""
     response: str = ""
@@ -56,8 +55,6 @@ class Turn:
     """The parsed solution source (empty on a parse error)."""
     summary: str = ""
     parse_error: bool = False
-    result: dict[str, Any] = field(default_factory=dict)
-    """``EvalResult.to_dict()`` of the kernel (a parse-error verdict built without evaluation)."""
     prompt_tokens: int = 0
     response_tokens: int = 0
     truncated: bool = False
@@ -70,29 +67,32 @@ class Turn:
     response_token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] | None = None
     """Per-token logprobs of the sampled response tokens under the generating policy (None if the backend gave none)."""
-
-    def eval_result(self) -> EvalResult:
-        return EvalResult.from_dict(self.result)
+    server_template: bool = False
+    """The server applied its own chat template to ``prompt_messages`` (an OpenAI chat endpoint): ``prompt`` is
+    then not known to be what was sampled; the trainer uses the server's ``prompt_token_ids`` or refuses."""
+    reasoning_opened_by_prompt: bool = False
+    """The prompt ended inside an open ``<think>`` block (the chat template opened it): the response starts
+    in its reasoning and must close it before any code counts."""
 
     @property
     def status(self) -> Status:
-        return Status(self.result["status"])
+        return self.result.status
 
     @property
     def score(self) -> float:
-        return float(self.result.get("score", 0.0))
+        return float(self.result.score)
 
     @property
     def correct(self) -> bool:
-        return bool(self.result.get("correct", False))
+        return bool(self.result.correct)
 
     @property
     def speedup(self) -> float:
-        return float(self.result.get("speedup", 0.0))
+        return float(self.result.speedup)
 
     @property
     def feedback(self) -> str:
-        return str(self.result.get("feedback", ""))
+        return self.result.feedback
 
     def training_sample(self, reward: float, advantage: float) -> "TrainingSample":
         """This turn as a training sample (prompt = its context, completion = its response)."""
@@ -108,13 +108,21 @@ class Turn:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        data["result"] = self.result.to_dict()  # the status as its value, as in every verdict file
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Turn":
+        data = dict(data) if isinstance(data, dict) else data
+        if isinstance(data, dict) and isinstance(data.get("result"), dict):
+            try:  # a corrupt verdict fails here, at load time, not deep in training
+                data["result"] = EvalResult.from_dict(data["result"])
+            except (KeyError, ValueError, TypeError) as exc:
+                raise ValueError(f"Turn: its verdict is not an EvalResult ({exc})") from exc
         turn = _from_dict(cls, data, "Turn")
-        if turn.result and "status" in turn.result:
-            Status(turn.result["status"])  # fail at load time on a corrupt verdict, not deep in training
+        if not isinstance(turn.result, EvalResult):
+            raise ValueError(f"Turn: result must be an EvalResult or its dict, got {type(turn.result).__name__}")
         return turn
 
 
@@ -134,7 +142,7 @@ class Trajectory:
 
     @property
     def correct(self) -> bool:
-        """A trajectory is correct if any of its kernels is (RECIPE.md section 2)."""
+        """A trajectory is correct if any of its kernels is (docs/recipe.md §8)."""
         return any(t.correct for t in self.turns)
 
     @property
@@ -196,48 +204,6 @@ def group_trajectories(turns: Iterable[Turn]) -> list[Trajectory]:
 # ------------------------------------------------------------------------------------- JSONL I/O
 
 R = TypeVar("R", Turn, Trajectory, TrainingSample)
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temp file in the same directory and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())  # the data must be on disk before the rename makes it visible
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    """Atomically write one JSON object per line."""
-    # Verdicts can hold inf (e.g. the error of an output full of NaN); Python's json writes it as
-    # `Infinity` and reads it back, which matters more here than strict-JSON readers.
-    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-    return atomic_write_text(path, text)
-
-
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Read a JSONL file; a malformed line is an error naming the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such rollout file: {path}")
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-    return rows
 
 
 def save_records(path: str | Path, records: Iterable[Turn | Trajectory | TrainingSample]) -> Path:

@@ -1,7 +1,9 @@
-"""The records the evaluator produces: one candidate in, one EvalResult out.
+"""Evaluation records: one candidate in, one EvalResult out (the evaluator's input and verdict).
 
-Records hold plain data (strings, numbers, enums) so they serialise to JSON and cross process
-boundaries; exceptions are turned into trimmed error text at the point they are caught.
+They live in the records layer, below the evaluator and every stage that reads verdicts, so the rollout,
+rewards and training import them without importing the evaluator. Records hold plain data (strings,
+numbers, enums) so they serialise to JSON and cross process boundaries; exceptions are turned into
+trimmed error text at the point they are caught.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class PhaseTimes:
 
 @dataclass
 class EvalResult:
-    """The verdict on one candidate. ``score`` is the RL reward (RECIPE.md section 1)."""
+    """The verdict on one candidate. ``score`` is the RL reward (docs/recipe.md §3)."""
 
     task_id: str
     candidate_id: str

