@@ -25,12 +25,15 @@ Inputs are plain typed records (``KernelOutcome`` / ``TrajectoryOutcome`` / ``Ta
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from kevin.settings import Settings
 
@@ -52,6 +55,7 @@ __all__ = [
     "metrics_at",
     "outcomes_from_turns",
     "pass_at_k",
+    "subset_max_weights",
     "trajectory_correct",
     "trajectory_fast",
     "trajectory_perf",
@@ -231,12 +235,6 @@ def geometric_mean(values: Iterable[float]) -> float | None:
     return math.exp(math.fsum(math.log(v) for v in values) / len(values))
 
 
-def _task_values(task: TaskOutcome, turn: int | None, fast_ps: Sequence[float]) -> dict[str, list[float]]:
-    """metric name -> one value per trajectory of the task."""
-    per_traj = [trajectory_metrics(tr, turn, fast_ps) for tr in task.trajectories]
-    return {name: [row[name] for row in per_traj] for name in metric_names(fast_ps)}
-
-
 def _check_tasks(tasks: Sequence[TaskOutcome]) -> None:
     if not tasks:
         raise ValueError("no tasks to analyse: the rollouts are empty")
@@ -299,39 +297,85 @@ class Metrics:
     correct_kernels: int = 0
 
 
-def metrics_at(tasks: Sequence[TaskOutcome], k: int, turn: int, fast_ps: Sequence[float],
-               pass_ks: Sequence[int] = ()) -> Metrics:
-    """All metrics after ``turn`` with best@k over k of each task's trajectories."""
+@functools.lru_cache(maxsize=32)
+def subset_max_weights(m: int) -> np.ndarray:
+    """[m, m] read-only: row k-1, column i-1 is C(i-1, k-1) / C(m, k), the weight of the i-th smallest of
+    m values in best@k (0 for i < k). Each row sums to 1. One matrix product then gives best@k for every k."""
+    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+        raise ValueError(f"m must be a positive integer, got {m!r}")
+    weights = np.array([[math.comb(i - 1, k - 1) / math.comb(m, k) for i in range(1, m + 1)] for k in range(1, m + 1)])
+    weights.flags.writeable = False
+    return weights
+
+
+@dataclass(frozen=True)
+class _TurnTable:
+    """Everything the aggregates need after one turn, computed once and shared by every k."""
+
+    turn: int
+    names: list[str]
+    values: np.ndarray  # [tasks, metrics, m]: per-trajectory values, sorted ascending along the last axis
+    kernel_counts: list[tuple[int, int]]  # (kernels, correct kernels) per task
+    correct_speedups: list[float]  # every correct kernel's speedup, all tasks
+
+
+def _trajectory_count(tasks: Sequence[TaskOutcome]) -> int:
+    """The number m of trajectories every task has (an error when tasks differ)."""
+    counts = {len(t.trajectories) for t in tasks}
+    if len(counts) != 1:
+        by_count = {c: [t.task_id for t in tasks if len(t.trajectories) == c][:3] for c in sorted(counts)}
+        raise ValueError(f"every task needs the same number of trajectories; got {by_count} (count: task ids); "
+                         "re-run the missing trajectories or leave those tasks out")
+    m = counts.pop()
+    if m == 0:
+        raise ValueError("tasks have no trajectories")
+    return m
+
+
+def _turn_table(tasks: Sequence[TaskOutcome], turn: int, fast_ps: Sequence[float]) -> _TurnTable:
     _check_tasks(tasks)
     _check_turn(turn)
-    best: dict[str, list[float]] = {name: [] for name in metric_names(fast_ps)}
-    avg: dict[str, list[float]] = {name: [] for name in metric_names(fast_ps)}
-    kernel_counts: list[tuple[int, int]] = []  # (n, c) per task
-    correct_speedups: list[float] = []
+    _trajectory_count(tasks)
+    names = metric_names(fast_ps)
+    rows, kernel_counts, correct_speedups = [], [], []
     for task in tasks:
-        if len(task.trajectories) < k:
-            raise ValueError(f"task {task.task_id!r} has {len(task.trajectories)} trajectories, fewer than k={k}")
-        for name, values in _task_values(task, turn, fast_ps).items():
-            best[name].append(expected_max_of_subset(values, k))
-            avg[name].append(math.fsum(values) / len(values))
+        per_traj = [trajectory_metrics(tr, turn, fast_ps) for tr in task.trajectories]
+        rows.append([[row[name] for row in per_traj] for name in names])
         kernels = [kern for tr in task.trajectories for kern in tr.upto(turn)]
         kernel_counts.append((len(kernels), sum(kern.correct for kern in kernels)))
         correct_speedups.extend(float(kern.speedup) for kern in kernels if kern.correct)
-    min_kernels = min(n for n, _ in kernel_counts)
+    values = np.sort(np.asarray(rows, dtype=np.float64), axis=-1)
+    return _TurnTable(turn, names, values, kernel_counts, correct_speedups)
+
+
+def _metrics_from(table: _TurnTable, ks: Sequence[int], pass_ks: Sequence[int]) -> list[Metrics]:
+    """Metrics for each k in ``ks`` from one turn's table."""
+    tasks, n_metrics, m = table.values.shape
+    for k in ks:
+        _check_k(k, m, "trajectories per task")
+    # [tasks * metrics, m] @ [m, m]^T -> best@k of every task and metric for every k, then mean over tasks
+    best_all = (table.values.reshape(-1, m) @ subset_max_weights(m).T).reshape(tasks, n_metrics, m).mean(axis=0)
+    avg = dict(zip(table.names, table.values.mean(axis=-1).mean(axis=0).tolist()))
+    min_kernels = min(n for n, _ in table.kernel_counts)
     pass_kernels = {
-        pk: math.fsum(pass_at_k(n, c, pk) for n, c in kernel_counts) / len(tasks)
+        pk: math.fsum(pass_at_k(n, c, pk) for n, c in table.kernel_counts) / tasks
         for pk in pass_ks if pk <= min_kernels
     }
-    return Metrics(
-        k=k,
-        turn=turn,
-        best={name: math.fsum(v) / len(tasks) for name, v in best.items()},
-        avg={name: math.fsum(v) / len(tasks) for name, v in avg.items()},
-        pass_kernels=pass_kernels,
-        geomean_speedup=geometric_mean(correct_speedups),
-        kernels=sum(n for n, _ in kernel_counts),
-        correct_kernels=sum(c for _, c in kernel_counts),
-    )
+    geomean = geometric_mean(table.correct_speedups)
+    kernels = sum(n for n, _ in table.kernel_counts)
+    correct_kernels = sum(c for _, c in table.kernel_counts)
+    return [
+        Metrics(k=k, turn=table.turn, best=dict(zip(table.names, best_all[:, k - 1].tolist())), avg=dict(avg),
+                pass_kernels=dict(pass_kernels), geomean_speedup=geomean, kernels=kernels, correct_kernels=correct_kernels)
+        for k in ks
+    ]
+
+
+def metrics_at(tasks: Sequence[TaskOutcome], k: int, turn: int, fast_ps: Sequence[float],
+               pass_ks: Sequence[int] = ()) -> Metrics:
+    """All metrics after ``turn`` with best@k over k of each task's trajectories (every task must have the
+    same number of trajectories, at least k)."""
+    return _metrics_from(_turn_table(tasks, turn, fast_ps), [k], pass_ks)[0]
 
 
 # -------------------------------------------------------------------------------------------- a run
@@ -434,14 +478,7 @@ def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig 
     """
     config = config or AnalysisConfig()
     _check_tasks(tasks)
-    counts = {len(t.trajectories) for t in tasks}
-    if len(counts) != 1:
-        by_count = {c: [t.task_id for t in tasks if len(t.trajectories) == c][:3] for c in sorted(counts)}
-        raise ValueError(f"every task needs the same number of trajectories; got {by_count} (count: task ids); "
-                         "re-run the missing trajectories or leave those tasks out")
-    m = counts.pop()
-    if m == 0:
-        raise ValueError("tasks have no trajectories")
+    m = _trajectory_count(tasks)
     n = max(t.turns for t in tasks)
     if n == 0:
         raise ValueError("no trajectory has a kernel: nothing to analyse")
@@ -449,13 +486,11 @@ def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig 
     if len(set(ids)) != len(ids):
         raise ValueError(f"task ids repeat: {sorted({i for i in ids if ids.count(i) > 1})}")
 
-    def at(k: int, turn: int) -> Metrics:
-        return metrics_at(tasks, k, turn, config.fast_ps, config.pass_ks)
-
-    by_turn = tuple(at(m, t) for t in range(1, n + 1))
-    by_k = tuple(by_turn[-1] if k == m else at(k, n) for k in range(1, m + 1))
+    tables = [_turn_table(tasks, t, config.fast_ps) for t in range(1, n + 1)]  # one per turn, shared by every k
+    by_turn = tuple(_metrics_from(table, [m], config.pass_ks)[0] for table in tables)
+    by_k = tuple(_metrics_from(tables[-1], list(range(1, m + 1)), config.pass_ks))
     splits = {
-        s.name: tuple(at(s.trajectories, t) for t in range(1, s.turns + 1))
+        s.name: tuple(_metrics_from(tables[t - 1], [s.trajectories], config.pass_ks)[0] for t in range(1, s.turns + 1))
         for s in config.splits if s.fits(m, n)
     }
     return RunReport(
