@@ -1,0 +1,65 @@
+"""Test-time-scaling analysis: metrics (best@k, avg@k, fast_p, pass@k, geometric-mean speedup, after
+every turn and per budget split), Table-1/Table-2-style tables, comparison, and beam-style selection.
+
+Plots live in ``kevin.analysis.plots`` (imported on demand: it loads matplotlib).
+"""
+
+from kevin.analysis.beam import BeamConfig, BeamStep, register_selection, select, trajectory_scores
+from kevin.analysis.metrics import (
+    AnalysisConfig,
+    BudgetSplit,
+    KernelOutcome,
+    Metrics,
+    RunReport,
+    TaskOutcome,
+    TrajectoryOutcome,
+    analyze_run,
+    avg_over,
+    best_at_k,
+    expected_max_of_subset,
+    fast_name,
+    geometric_mean,
+    metrics_at,
+    outcomes_from_turns,
+    pass_at_k,
+)
+from kevin.analysis.tables import (
+    comparison_csv,
+    comparison_markdown,
+    flat_metrics,
+    table1_csv,
+    table1_markdown,
+    table2_csv,
+    table2_markdown,
+)
+
+__all__ = [
+    "AnalysisConfig",
+    "BeamConfig",
+    "BeamStep",
+    "BudgetSplit",
+    "KernelOutcome",
+    "Metrics",
+    "RunReport",
+    "TaskOutcome",
+    "TrajectoryOutcome",
+    "analyze_run",
+    "avg_over",
+    "best_at_k",
+    "comparison_csv",
+    "comparison_markdown",
+    "expected_max_of_subset",
+    "fast_name",
+    "flat_metrics",
+    "geometric_mean",
+    "metrics_at",
+    "outcomes_from_turns",
+    "pass_at_k",
+    "register_selection",
+    "select",
+    "table1_csv",
+    "table1_markdown",
+    "table2_csv",
+    "table2_markdown",
+    "trajectory_scores",
+]

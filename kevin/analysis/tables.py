@@ -1,0 +1,292 @@
+"""Tables of run reports: Table-1 style (per run, best@k / avg@k), Table-2 style (per budget split),
+a side-by-side comparison, long-form CSVs of the curves, and a flat dict of metrics with stable names.
+
+Markdown is for people (percentages, "1.10x"); CSV is for tools (raw numbers, 6 decimals, "" when a
+value does not exist). Flat metric names use only characters MLflow accepts in a metric name
+(letters, digits, ``_ - . / :`` and space), so ``best@16`` is written ``best_at_16``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kevin.analysis.metrics import BudgetSplit, Metrics, RunReport, fast_name
+
+__all__ = [
+    "best_at_k_csv",
+    "comparison_csv",
+    "comparison_markdown",
+    "flat_metrics",
+    "markdown_table",
+    "table1_csv",
+    "table1_markdown",
+    "table2_csv",
+    "table2_markdown",
+    "turn_curves_csv",
+]
+
+NA = "n/a"
+
+
+# ------------------------------------------------------------------------------------------ formatting
+
+
+def pct(value: float | None) -> str:
+    """A share as a whole percentage, as the paper prints it: 0.8235 -> '82%'."""
+    return NA if value is None else f"{100 * value:.0f}%"
+
+
+def times(value: float | None) -> str:
+    """A speedup: 1.1 -> '1.10x'."""
+    return NA if value is None else f"{value:.2f}x"
+
+
+def num(value: float | None) -> str:
+    """A raw number for CSV: 6 decimals, '' when missing."""
+    return "" if value is None else f"{value:.6f}"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A pipe table with columns padded to equal width (readable as plain text too)."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
+
+
+def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _table_fast_ps(reports: Sequence[RunReport]) -> tuple[float, ...]:
+    if not reports:
+        raise ValueError("no runs to tabulate")
+    first = reports[0].table_fast_ps
+    if any(r.table_fast_ps != first for r in reports):
+        raise ValueError(f"runs report different table_fast_ps {[list(r.table_fast_ps) for r in reports]}; "
+                         "analyse them with the same analysis config")
+    return first
+
+
+# ------------------------------------------------------------------------------------------- Table 1
+
+
+def _table1_metrics(reports: Sequence[RunReport]) -> list[str]:
+    return ["correct", "perf", *(fast_name(p) for p in _table_fast_ps(reports))]
+
+
+def _fmt(metric: str, value: float | None) -> str:
+    return times(value) if metric == "perf" else pct(value)
+
+
+def table1_markdown(reports: Sequence[RunReport]) -> str:
+    """Rows = runs; per metric "best@k / avg@k" with k = the run's trajectories, after its last turn."""
+    metrics = _table1_metrics(reports)
+    rows = []
+    for r in reports:
+        f = r.final
+        rows.append([r.name, f"{r.trajectories}x{r.turns}",
+                     *(f"{_fmt(m, f.best[m])} / {_fmt(m, f.avg[m])}" for m in metrics)])
+    caption = "\nCells: best@k / avg@k over k = all trajectories of a task, after the last turn; mean over tasks.\n"
+    return markdown_table(["run", "k x turns", *metrics], rows) + caption
+
+
+def table1_csv(reports: Sequence[RunReport]) -> str:
+    """Table 1 as raw numbers: one row per run, ``<metric>_best`` and ``<metric>_avg`` columns."""
+    metrics = _table1_metrics(reports)
+    header = ["run", "trajectories", "turns", "tasks", *(f"{m}_{which}" for m in metrics for which in ("best", "avg"))]
+    rows = [[r.name, str(r.trajectories), str(r.turns), str(r.tasks),
+             *(num(getattr(r.final, which)[m]) for m in metrics for which in ("best", "avg"))] for r in reports]
+    return _csv(header, rows)
+
+
+# ------------------------------------------------------------------------------------------- Table 2
+
+
+def _split_names(reports: Sequence[RunReport], splits: Sequence[str] | None) -> list[str]:
+    if splits is not None:
+        return [BudgetSplit.parse(s).name for s in splits]
+    names: list[str] = []
+    for r in reports:
+        names.extend(s for s in r.splits if s not in names)
+    return names
+
+
+def table2_markdown(reports: Sequence[RunReport], splits: Sequence[str] | None = None) -> str:
+    """Rows = runs, columns = budget splits (default: every split some run holds), cells "perf / correct"."""
+    if not reports:
+        raise ValueError("no runs to tabulate")
+    names = _split_names(reports, splits)
+    rows = []
+    for r in reports:
+        cells = []
+        for s in names:
+            m = r.split(s)
+            cells.append(NA if m is None else f"{times(m.best['perf'])} / {pct(m.best['correct'])}")
+        rows.append([r.name, *cells])
+    caption = ("\nCells: perf / correct as best@k with k = the split's trajectories, after its last turn; "
+               f"{NA}: the rollouts hold fewer trajectories or turns.\n")
+    return markdown_table(["run", *names], rows) + caption
+
+
+def table2_csv(reports: Sequence[RunReport], splits: Sequence[str] | None = None) -> str:
+    """Table 2 in long form: one row per run and split it holds (run, split, trajectories, turns, perf, correct)."""
+    if not reports:
+        raise ValueError("no runs to tabulate")
+    rows = []
+    for r in reports:
+        for s in _split_names(reports, splits):
+            m = r.split(s)
+            if m is not None:
+                split = BudgetSplit.parse(s)
+                rows.append([r.name, s, str(split.trajectories), str(split.turns), num(m.best["perf"]), num(m.best["correct"])])
+    return _csv(["run", "split", "trajectories", "turns", "perf", "correct"], rows)
+
+
+# ---------------------------------------------------------------------------------------- comparison
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str
+    kind: str  # "share" (0..1, printed in %) or "speedup" (printed as 1.23x)
+    get: Callable[[RunReport], float | None]
+
+
+def _comparison_rows(reports: Sequence[RunReport]) -> list[_Row]:
+    rows = []
+    for metric in _table1_metrics(reports):
+        kind = "speedup" if metric == "perf" else "share"
+        rows.append(_Row(f"{metric} best@k", kind, lambda r, m=metric: r.final.best[m]))
+        rows.append(_Row(f"{metric} avg@k", kind, lambda r, m=metric: r.final.avg[m]))
+    rows.append(_Row("geomean speedup (correct kernels)", "speedup", lambda r: r.final.geomean_speedup))
+    pass_ks = sorted({k for r in reports for k in r.final.pass_kernels})
+    rows += [_Row(f"pass@{k} kernels", "share", lambda r, k=k: r.final.pass_kernels.get(k)) for k in pass_ks]
+    for s in _split_names(reports, None):
+        rows.append(_Row(f"{s} perf", "speedup", lambda r, s=s: r.split(s).best["perf"] if r.split(s) else None))
+        rows.append(_Row(f"{s} correct", "share", lambda r, s=s: r.split(s).best["correct"] if r.split(s) else None))
+    return rows
+
+
+def _delta(kind: str, value: float | None, base: float | None) -> str:
+    if value is None or base is None:
+        return NA
+    d = value - base
+    return f"{100 * d:+.0f} pts" if kind == "share" else f"{d:+.2f}x"
+
+
+def _baseline_index(reports: Sequence[RunReport], baseline: str | None) -> int:
+    if not reports:
+        raise ValueError("no runs to compare")
+    names = [r.name for r in reports]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must differ to be compared side by side, got {names}")
+    if baseline is None:
+        return 0
+    if baseline not in names:
+        raise ValueError(f"baseline run {baseline!r} is not among the runs {names}")
+    return names.index(baseline)
+
+
+def comparison_markdown(reports: Sequence[RunReport], baseline: str | None = None) -> str:
+    """Runs side by side (e.g. base model vs checkpoint): one row per metric, one column per run, then the
+    difference of each other run from the baseline (default: the first run). k = each run's trajectories."""
+    b = _baseline_index(reports, baseline)
+    others = [r for i, r in enumerate(reports) if i != b]
+    header = ["metric", *(r.name for r in reports), *(f"{r.name} - {reports[b].name}" for r in others)]
+    rows = []
+    for row in _comparison_rows(reports):
+        fmt = times if row.kind == "speedup" else pct
+        base = row.get(reports[b])
+        rows.append([row.label, *(fmt(row.get(r)) for r in reports), *(_delta(row.kind, row.get(r), base) for r in others)])
+    return markdown_table(header, rows)
+
+
+def comparison_csv(reports: Sequence[RunReport], baseline: str | None = None) -> str:
+    """The comparison as raw numbers (differences as plain differences, not percentage points)."""
+    b = _baseline_index(reports, baseline)
+    others = [r for i, r in enumerate(reports) if i != b]
+    header = ["metric", *(r.name for r in reports), *(f"{r.name} - {reports[b].name}" for r in others)]
+    rows = []
+    for row in _comparison_rows(reports):
+        base = row.get(reports[b])
+        deltas = [None if row.get(r) is None or base is None else row.get(r) - base for r in others]
+        rows.append([row.label, *(num(row.get(r)) for r in reports), *map(num, deltas)])
+    return _csv(header, rows)
+
+
+# ---------------------------------------------------------------------------- curves in long form (DVC)
+
+
+def turn_curves_csv(reports: Sequence[RunReport]) -> str:
+    """Every turn curve, one row per run x split x turn x metric: run, split, k, turn, metric, best, avg.
+
+    The split ``MxN`` of a run's own size is always included (k = all trajectories, every turn).
+    """
+    rows = []
+    for r in reports:
+        curves = {f"{r.trajectories}x{r.turns}": r.by_turn, **r.splits}
+        for split, curve in curves.items():
+            for m in curve:
+                rows += [[r.name, split, str(m.k), str(m.turn), name, num(m.best[name]), num(m.avg[name])]
+                         for name in r.metric_names]
+    return _csv(["run", "split", "k", "turn", "metric", "best", "avg"], rows)
+
+
+def best_at_k_csv(reports: Sequence[RunReport]) -> str:
+    """The best@k curves after the last turn: run, k, metric, best."""
+    rows = [[r.name, str(m.k), name, num(m.best[name])] for r in reports for m in r.by_k for name in r.metric_names]
+    return _csv(["run", "k", "metric", "best"], rows)
+
+
+# ----------------------------------------------------------------------------------------- flat dict
+
+
+def _flat(metrics: Metrics, prefix: str) -> dict[str, float]:
+    out = {}
+    for name, value in metrics.best.items():
+        out[f"{prefix}best_at_{metrics.k}/{name}"] = value
+    for name, value in metrics.avg.items():
+        out[f"{prefix}avg_at_{metrics.k}/{name}"] = value
+    for k, value in metrics.pass_kernels.items():
+        out[f"{prefix}pass_at_{k}/kernels"] = value
+    if metrics.geomean_speedup is not None:  # undefined without a correct kernel: left out, not faked as 0
+        out[f"{prefix}geomean_speedup"] = metrics.geomean_speedup
+    out[f"{prefix}kernels"] = float(metrics.kernels)
+    out[f"{prefix}correct_kernels"] = float(metrics.correct_kernels)
+    return out
+
+
+def flat_metrics(report: RunReport) -> dict[str, float]:
+    """One run's metrics under stable names, for MLflow ``log_metrics`` and a DVC metrics JSON.
+
+    - after the last turn, k = m: ``best_at_16/correct``, ``avg_at_16/fast_1.5``, ``pass_at_1/kernels``,
+      ``geomean_speedup``, ``kernels``, ``correct_kernels``; ``pass_at_4/trajectories`` (= best_at_4/correct);
+    - the best@k curve: ``best_at_1/perf`` ... ``best_at_15/perf``;
+    - the turn curves: ``turn3/best_at_16/perf`` (after turn 3; turn n repeats the unprefixed values);
+    - each budget split the rollouts hold: ``split_32x4/best_at_32/perf`` and ``split_32x4/turn2/...``.
+    Undefined values (a geometric mean without a correct kernel, pass@k with k above a task's kernels)
+    are left out rather than written as NaN.
+    """
+    out = {"tasks": float(report.tasks)}
+    out.update(_flat(report.final, ""))
+    for m in report.by_k:
+        for name, value in m.best.items():
+            out[f"best_at_{m.k}/{name}"] = value
+        out[f"pass_at_{m.k}/trajectories"] = m.best["correct"]
+    for m in report.by_turn:
+        out.update(_flat(m, f"turn{m.turn}/"))
+    for split, curve in report.splits.items():
+        out.update(_flat(curve[-1], f"split_{split}/"))
+        for m in curve:
+            out.update(_flat(m, f"split_{split}/turn{m.turn}/"))
+    return out
