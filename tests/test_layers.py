@@ -27,6 +27,10 @@ LAYERS: dict[str, int] = {
     "kevin.rewards": 5,
     "kevin.training": 6,
     "kevin.monitor": 7,      # reads responses and update metrics; steers nothing but its stop flag
+    "kevin.analysis": 7,     # test-time-scaling metrics over finished rollouts
+    "kevin.datachecks": 7,   # expectations over splits and rollout records
+    "kevin.tracking": 8,     # the one place that talks to MLflow
+    "kevin.alerts": 8,       # collapse alerts as Prefect events
     "kevin.params": 8,       # params.yaml: read, override, hand shared values down
     "kevin.config": 8,       # the root config composing every section
     "kevin.cli": 8,

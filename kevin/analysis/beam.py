@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from kevin.analysis.metrics import TrajectoryOutcome
-from kevin.evaluation.records import kernel_score
+from kevin.records.evaluation import kernel_score
 from kevin.settings import Settings
 
 __all__ = ["BeamConfig", "BeamStep", "SELECTIONS", "register_selection", "select", "trajectory_scores"]

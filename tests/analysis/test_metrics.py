@@ -25,7 +25,7 @@ from kevin.analysis.metrics import (
     outcomes_from_turns,
     pass_at_k,
 )
-from kevin.rollout.records import Turn
+from kevin.records.rollout import Turn
 
 T = TrajectoryOutcome.of
 F0 = (False, 0.0)
