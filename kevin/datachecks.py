@@ -18,7 +18,6 @@ import json
 import math
 import re
 import sys
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -78,7 +77,9 @@ class Failure:
     """How many rows failed (``rows`` keeps at most MAX_ROWS_KEPT of them)."""
     rows: tuple[FailedRow, ...] = ()
     observed: Any = None
-    """For whole-column expectations (e.g. the set of levels present): the value GX observed."""
+    """For whole-column expectations: the value GX observed, when it gives one."""
+    missing: tuple[Any, ...] = ()
+    """For set expectations: the values the column should hold but lacks (e.g. a level without tasks)."""
     error: str = ""
     """The exception text when the expectation could not be evaluated at all."""
 
@@ -105,9 +106,15 @@ class CheckReport:
         for failure in self.failures:
             columns = ", ".join(failure.columns) or "table"
             count = f"{failure.unexpected_count} row{'s' if failure.unexpected_count != 1 else ''}"
-            lines.append(f"  x {failure.description}  [{failure.expectation} on {columns}]: "
-                         + (f"could not run: {failure.error}" if failure.error else count if failure.rows or
-                            failure.unexpected_count else f"observed {failure.observed!r}"))
+            if failure.error:
+                outcome = f"could not run: {failure.error}"
+            elif failure.missing:
+                outcome = f"missing {list(failure.missing)!r}"
+            elif failure.rows or failure.unexpected_count:
+                outcome = count
+            else:
+                outcome = f"observed {failure.observed!r}"
+            lines.append(f"  x {failure.description}  [{failure.expectation} on {columns}]: {outcome}")
             for bad in failure.rows[:max_rows]:
                 where = " ".join(f"{k}={'missing' if v is None else v}" for k, v in bad.where.items())
                 value = ", ".join(f"{k}={_show(v)}" for k, v in bad.value.items())
@@ -127,18 +134,12 @@ def _show(value: Any) -> str:
 # ------------------------------------------------------------------------------------------ running a suite
 
 
-def _gx():
-    import great_expectations as gx
-
-    return gx
-
-
 def run_checks(suite: str, frame: "pd.DataFrame", checks: Sequence[Check], id_columns: Sequence[str]) -> CheckReport:
     """Run ``checks`` as one GX suite over ``frame`` (which has a 1-based ``row`` column) and report.
 
     ``id_columns`` name each failing row in the report (with ``row``).
     """
-    gx = _gx()
+    import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     context = gx.get_context(mode="ephemeral")
@@ -178,12 +179,12 @@ def report_from_result(result: Mapping[str, Any], frame: "pd.DataFrame", checks:
         rows = []
         for index in (outcome.get("unexpected_index_list") or [])[:MAX_ROWS_KEPT]:
             row = int(index["row"])
-            detail = str(by_row.at[row, detail_column]) if detail_column else ""
+            detail = _plain(by_row.at[row, detail_column]) if detail_column else None
             rows.append(FailedRow(
                 row=row,
                 where={k: _whole(_plain(index.get(k))) for k in id_columns},
                 value={c: _plain(by_row.at[row, c]) for c in columns if c not in id_columns},
-                detail=detail,
+                detail="" if detail is None else str(detail),
             ))
         exception = item.get("exception_info") or {}
         failures.append(Failure(
@@ -193,8 +194,11 @@ def report_from_result(result: Mapping[str, Any], frame: "pd.DataFrame", checks:
             unexpected_count=int(outcome.get("unexpected_count") or len(rows)),
             rows=tuple(rows),
             observed=_plain(outcome.get("observed_value")),
+            missing=tuple(_plain(outcome.get("partial_missing_list") or [])),
             error=str(exception.get("exception_message") or "") if exception.get("raised_exception") else "",
         ))
+    order = {c.description: i for i, c in enumerate(checks)}  # the suite's own order, not GX's
+    failures.sort(key=lambda f: order.get(f.description, len(order)))
     return CheckReport(suite=result.get("suite_name", ""), success=bool(result["success"]), rows=len(frame),
                        evaluated=len(result["results"]), failures=tuple(failures))
 

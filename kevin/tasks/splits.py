@@ -273,7 +273,7 @@ def write_split(path: str | Path, split: Split) -> Path:
     """Write the split as JSON, atomically (a temp sibling renamed into place)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(split.to_dict(), indent=1) + "\n"
+    text = _split_json(split.to_dict())
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -283,6 +283,15 @@ def write_split(path: str | Path, split: Split) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _split_json(data: dict[str, Any]) -> str:
+    """JSON with one task entry per line, so a task changing sides is a one-line diff."""
+    def entries(rows: list[dict[str, Any]]) -> str:
+        return "[" + ",".join(f"\n  {json.dumps(row)}" for row in rows) + ("\n ]" if rows else "]")
+
+    return (f'{{\n "format": {json.dumps(data["format"])},\n "config": {json.dumps(data["config"])},\n'
+            f' "train": {entries(data["train"])},\n "eval": {entries(data["eval"])}\n}}\n')
 
 
 def read_split(path: str | Path) -> Split:

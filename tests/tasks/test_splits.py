@@ -184,6 +184,8 @@ def test_kernelbench_checkout_split_and_file_round_trip(tmp_path):
     assert data["format"] == 1 and data["config"]["eval_fraction"] == 0.2 and data["config"]["levels"] == [1, 2]
     assert {"task_id", "level", "digest", "path"} == set(data["eval"][0])
     assert read_split(path) == split
+    no_eval = Split(config=config, train=split.train)
+    assert read_split(write_split(tmp_path / "no_eval.json", no_eval)) == no_eval  # written as is, judged by the checks
 
 
 def test_reading_something_that_is_not_a_split(tmp_path):
