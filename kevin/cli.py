@@ -1,7 +1,8 @@
 """`kevin ...`: evaluate kernels from the command line and run the suite job.
 
 Exit codes: 0 whenever a verdict was produced (whatever it is), 2 for bad arguments or input that
-is not a task/solution at all (missing file, a task without Model, ...).
+is not a task/solution at all (missing file, a task without Model, ...); `validate` exits 1 when a data
+check fails.
 """
 
 from __future__ import annotations
@@ -161,6 +162,62 @@ def tasks_cmd(source: str = typer.Option("bundled", help="'bundled' or the path 
         profiles = ",".join(sorted(task.profiles)) or "-"
         typer.echo(f"{task.task_id}\tprofiles={profiles}")
     typer.echo(f"{len(found)} tasks", err=True)
+
+
+@app.command("split")
+def split_cmd(
+    out: Path = typer.Option(..., help="where to write the split (JSON), e.g. data/splits/bundled.json"),
+    source: str = typer.Option("", help="'bundled' or the path of a KernelBench checkout (default: params.yaml, else bundled)"),
+    params: Optional[Path] = typer.Option(None, help="params.yaml to read the splits section from"),
+) -> None:
+    """Split a task suite into train and eval tasks (seeded, stratified by level, stable across re-runs)."""
+    from kevin.config import read_params
+    from kevin.tasks import SplitConfig, TaskError, make_split, write_split
+
+    try:
+        section = dict(read_params(params).get("splits", {}) or {})
+        if source:
+            section["source"] = source
+        config = SplitConfig.from_dict(section)
+        split = make_split(config)
+    except (TaskError, FileNotFoundError, ValueError) as exc:
+        _die(str(exc))
+    write_split(out, split)
+    counts = split.counts()
+    for name in ("train", "eval"):
+        per_level = ", ".join(f"level {level}: {n}" for level, n in counts[name].items())
+        typer.echo(f"{name}: {sum(counts[name].values())} tasks ({per_level})")
+    typer.echo(f"split of {config.source!r} (seed {config.seed}) written to {out}")
+
+
+@app.command("validate")
+def validate_cmd(
+    splits: Optional[Path] = typer.Option(None, help="a split file written by `split`"),
+    rollouts: Optional[Path] = typer.Option(None, help="a JSONL file of rollout turns"),
+    source: str = typer.Option("", help="load the split's tasks from here instead of the source it records"),
+    report: Optional[Path] = typer.Option(None, help="also write the reports here as JSON"),
+    max_rows: int = typer.Option(20, help="failing rows shown per expectation"),
+) -> None:
+    """Run the data checks; exit 1 with a report of every failed expectation and its rows."""
+    from kevin.datachecks import check_rollouts, check_split, render_reports
+    from kevin.tasks import TaskError, read_split
+
+    if splits is None and rollouts is None:
+        _die("give --splits FILE and/or --rollouts FILE.jsonl")
+    reports = []
+    try:
+        if splits is not None:
+            reports.append(check_split(read_split(splits), source or None))
+        if rollouts is not None:
+            reports.append(check_rollouts(rollouts))
+    except (TaskError, FileNotFoundError, ValueError) as exc:
+        _die(str(exc))
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
+    typer.echo(render_reports(reports, max_rows))
+    if not all(r.success for r in reports):
+        raise typer.Exit(1)
 
 
 def main() -> None:

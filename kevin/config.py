@@ -34,6 +34,7 @@ from kevin.policy.openai_backend import OpenAIConfig
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import BACKENDS, RolloutConfig
 from kevin.settings import Settings
+from kevin.tasks.splits import SplitConfig
 from kevin.training.config import TrainConfig
 
 __all__ = ["RunConfig", "eval_config_from_params", "read_params"]
@@ -53,6 +54,7 @@ class RunConfig(Settings):
     SECTION_CLASSES: ClassVar[dict[str, type]] = {
         "evaluation": EvalConfig, "policy": PolicyConfig, "sampling": SamplingConfig, "openai": OpenAIConfig,
         "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig, "monitor": MonitorConfig,
+        "splits": SplitConfig,
     }
 
     backend: str = SHARED_DEFAULTS["backend"]
@@ -91,6 +93,8 @@ class RunConfig(Settings):
     """The GRPO update."""
     monitor: MonitorConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Collapse indicators and alerts."""
+    splits: SplitConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """Which tasks train and which are held out for evaluation (``kevin/tasks/splits.py``)."""
 
     def __post_init__(self) -> None:
         self._check_shared()

@@ -20,7 +20,7 @@ import yaml
 
 from kevin.evaluation.config import EvalConfig
 
-SECTIONS = ("evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor")
+SECTIONS = ("evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits")
 """The sections of params.yaml, one config dataclass each (``kevin.config.RunConfig`` composes them)."""
 
 SHARED_DEFAULTS: dict[str, Any] = {

@@ -135,3 +135,42 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+
+
+def kernelbench_task_source(factor: int, size: int = 256) -> str:
+    """A tiny KernelBench-format task of our own (a scale by ``factor``), sizes as module constants."""
+    return f'''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """Scales its input by {factor}."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return x * {factor}
+
+
+batch_size = 16
+dim = {size}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def write_kernelbench_dir(root: Path, counts: dict[int, int]) -> Path:
+    """A folder laid out like a KernelBench checkout (``root/KernelBench/levelN/<i>_Scale<i>.py``) with our own tasks."""
+    for level, n in counts.items():
+        folder = root / "KernelBench" / f"level{level}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(1, n + 1):
+            (folder / f"{i}_Scale{i}.py").write_text(kernelbench_task_source(level * 100 + i))
+    return root

@@ -10,7 +10,9 @@ from kevin.tasks.loader import (
     load_task_file,
     load_tasks,
     read_source,
+    source_root,
 )
+from kevin.tasks.splits import Split, SplitConfig, SplitEntry, make_split, read_split, split_tasks, write_split
 from kevin.tasks.task import Task, TaskError, make_task, validate_task_source
 
 __all__ = [
@@ -26,5 +28,13 @@ __all__ = [
     "load_tasks",
     "make_task",
     "read_source",
+    "source_root",
+    "Split",
+    "SplitConfig",
+    "SplitEntry",
+    "make_split",
+    "read_split",
+    "split_tasks",
+    "write_split",
     "validate_task_source",
 ]

@@ -82,13 +82,23 @@ def load_bundled_suite(levels: tuple[int, ...] | None = None) -> list[Task]:
     return _load_levels(bundled_tasks_dir(), levels)
 
 
-def load_kernelbench_dir(path: str | Path, levels: tuple[int, ...] | None = (1, 2, 3)) -> list[Task]:
-    """An external KernelBench checkout: the repo root, its KernelBench/ folder, or a level folder's parent."""
+def kernelbench_root(path: str | Path) -> Path:
+    """The folder holding the level folders of a KernelBench checkout (its KernelBench/ folder or ``path`` itself)."""
     root = Path(path)
     for candidate in (root / "KernelBench", root):
         if candidate.is_dir() and any(_LEVEL_DIR.match(d.name) for d in candidate.iterdir() if d.is_dir()):
-            return _load_levels(candidate, levels)
+            return candidate
     raise TaskError(f"{root}: not a KernelBench checkout (expected level1/ level2/ level3/ under it or its KernelBench/)")
+
+
+def load_kernelbench_dir(path: str | Path, levels: tuple[int, ...] | None = (1, 2, 3)) -> list[Task]:
+    """An external KernelBench checkout: the repo root, its KernelBench/ folder, or a level folder's parent."""
+    return _load_levels(kernelbench_root(path), levels)
+
+
+def source_root(source: str = "bundled") -> Path:
+    """The folder the task files of ``source`` (``bundled`` or a KernelBench checkout) live under, by level."""
+    return bundled_tasks_dir() if source == "bundled" else kernelbench_root(source)
 
 
 def load_tasks(source: str = "bundled", levels: tuple[int, ...] | None = None) -> list[Task]:

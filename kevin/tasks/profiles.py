@@ -46,6 +46,22 @@ def read_profiles(source: str) -> dict[str, dict[str, object]]:
     return value
 
 
+def read_constants(source: str) -> dict[str, object]:
+    """The module-level constants of a task whose value is a literal (``dim = 4096``), by name.
+
+    Assignments computed from other names (``n = 2 * dim``) are left out: nothing is executed.
+    """
+    constants: dict[str, object] = {}
+    for name, node in _top_level_assigns(ast.parse(source)).items():
+        if name == PROFILES_NAME:
+            continue
+        try:
+            constants[name] = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+    return constants
+
+
 def _line_offsets(source: str) -> list[int]:
     offsets = [0]
     for line in source.splitlines(keepends=True):
