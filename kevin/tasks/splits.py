@@ -66,6 +66,10 @@ class SplitConfig(Settings):
     """Hold out tasks level by level so each level keeps its share; False ranks all levels together
     (each level's share then varies with the seed)."""
 
+    def to_dict(self) -> dict[str, Any]:
+        """As params.yaml writes it (levels as a list)."""
+        return {**super().to_dict(), "levels": list(self.levels)}
+
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source.strip():
             raise ValueError(f"source must be 'bundled' or the path of a KernelBench checkout, got {self.source!r}")
