@@ -24,12 +24,14 @@ def read_params(path: str | Path | None) -> dict[str, Any]:
 
 
 def eval_config_from_params(
-    params: str | Path | None = None, *, backend: str = "", profile: str = "", timing_trials: int = 0, correctness_trials: int = 0
+    params: str | Path | None = None, *, backend: str = "", profile: str = "", timing_trials: int = 0,
+    correctness_trials: int = 0, timeout_s: float = 0.0,
 ) -> EvalConfig:
-    """EvalConfig from the ``evaluation`` section of params.yaml, with command-line values on top."""
+    """EvalConfig from the ``evaluation`` section of params.yaml, with command-line values on top (a value
+    of 0 or "" leaves the file's, or the default)."""
     section = dict(read_params(params).get("evaluation", {}) or {})
     for key, value in (("backend", backend), ("profile", profile), ("timing_trials", timing_trials),
-                       ("correctness_trials", correctness_trials)):
+                       ("correctness_trials", correctness_trials), ("timeout_s", timeout_s)):
         if value:
             section[key] = value
     return EvalConfig.from_dict(section)

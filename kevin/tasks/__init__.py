@@ -10,11 +10,12 @@ from kevin.tasks.loader import (
     load_tasks,
     read_source,
 )
-from kevin.tasks.task import Task, TaskError, make_task, validate_task_source
+from kevin.tasks.task import Task, TaskError, UnknownTaskError, make_task, validate_task_source
 
 __all__ = [
     "Task",
     "TaskError",
+    "UnknownTaskError",
     "bundled_solutions_dir",
     "bundled_tasks_dir",
     "find_task",
