@@ -8,6 +8,7 @@ check fails.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -17,6 +18,7 @@ import typer
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Kevin: multi-turn RL for fast, correct GPU kernels.")
 
 BACKEND_HELP = "cuda (inline CUDA on a GPU) or cpu (inline C++); default: params.yaml, else cpu"
+TIMEOUT_HELP = "seconds one candidate may run (after compiling) before it is killed (0: params.yaml, else 180)"
 
 
 def _die(message: str) -> None:
@@ -24,12 +26,15 @@ def _die(message: str) -> None:
     raise typer.Exit(2)
 
 
-def _config(backend: str, profile: str, timing_trials: int, correctness_trials: int, params: Optional[Path]):
+def _config(backend: str, profile: str, timing_trials: int, correctness_trials: int, params: Optional[Path],
+            timeout: float = 0.0):
     from kevin.params import eval_config_from_params
 
+    if not math.isfinite(timeout) or timeout < 0:
+        _die(f"--timeout must be a positive number of seconds (0: the configured default), got {timeout}")
     try:
         return eval_config_from_params(params, backend=backend, profile=profile, timing_trials=timing_trials,
-                                       correctness_trials=correctness_trials)
+                                       correctness_trials=correctness_trials, timeout_s=timeout)
     except (ValueError, FileNotFoundError) as exc:
         _die(str(exc))
 
@@ -60,6 +65,7 @@ def eval_cmd(
     profile: str = typer.Option("", help="task size profile (default: cpu on the cpu backend, the task's own sizes on cuda)"),
     timing_trials: int = typer.Option(0, help="timed calls (0: the configured default, 100)"),
     correctness_trials: int = typer.Option(0, help="correctness trials (0: the configured default, 5)"),
+    timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """Evaluate one solution against one task and print the verdict."""
@@ -67,7 +73,7 @@ def eval_cmd(
 
     task = _load_task(task_file)
     source = _read_solution(solution_file)
-    cfg = _config(backend, profile, timing_trials, correctness_trials, params)
+    cfg = _config(backend, profile, timing_trials, correctness_trials, params, timeout)
     try:
         evaluator = Evaluator(cfg)
     except RuntimeError as exc:
@@ -89,6 +95,7 @@ def eval_batch_cmd(
     out: Optional[Path] = typer.Option(None, help="write one EvalResult JSON per line here"),
     timing_trials: int = typer.Option(0, help="timed calls (0: configured default)"),
     correctness_trials: int = typer.Option(0, help="correctness trials (0: configured default)"),
+    timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """Evaluate many candidates (compile pool + one runner per GPU) and print a summary table."""
@@ -104,7 +111,7 @@ def eval_batch_cmd(
         _die(str(exc))
     if not items:
         _die(f"no candidates found in {candidates}")
-    cfg = _config(backend, "", timing_trials, correctness_trials, params)
+    cfg = _config(backend, "", timing_trials, correctness_trials, params, timeout)
     try:
         evaluator = Evaluator(cfg)
     except RuntimeError as exc:
@@ -122,6 +129,7 @@ def suite_cmd(
     limit: int = typer.Option(0, help="evaluate only the first N tasks (0: all)"),
     out: Path = typer.Option(Path("outputs/suite"), help="folder for results.jsonl and summary.json"),
     timing_trials: int = typer.Option(0, help="timed calls (0: configured default)"),
+    timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """The main job until training lands: evaluate the bundled suite's reference solutions."""
@@ -137,7 +145,7 @@ def suite_cmd(
     task_list = load_bundled_suite(level_tuple)
     if limit:
         task_list = task_list[:limit]
-    cfg = _config(backend, "", timing_trials, 0, params)
+    cfg = _config(backend, "", timing_trials, 0, params, timeout)
     items = reference_candidates(task_list, cfg.backend)
     try:
         evaluator = Evaluator(cfg)

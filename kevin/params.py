@@ -157,7 +157,7 @@ def hand_down(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def eval_config_from_params(
     params: str | Path | None = None, *, backend: str = "", profile: str = "", timing_trials: int = 0,
-    correctness_trials: int = 0,
+    correctness_trials: int = 0, timeout_s: float = 0.0,
 ) -> EvalConfig:
     """EvalConfig from params.yaml (its ``evaluation`` section and the shared backend and profile), with
     command-line values on top (a command-line backend or profile replaces the shared one)."""
@@ -169,7 +169,7 @@ def eval_config_from_params(
             if isinstance(evaluation, dict):
                 evaluation.pop(key, None)
     section = hand_down(raw)["evaluation"]
-    for key, value in (("timing_trials", timing_trials), ("correctness_trials", correctness_trials)):
+    for key, value in (("timing_trials", timing_trials), ("correctness_trials", correctness_trials), ("timeout_s", timeout_s)):
         if value:
             section[key] = value
     return EvalConfig.from_dict(section)

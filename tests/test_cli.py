@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
+import pytest
 from typer.testing import CliRunner
 
 from kevin.cli import app
-from tests.conftest import REPO
+from tests.conftest import RELU_BODY, REPO, cpp_solution
 
 RELU_TASK = str(REPO / "data" / "tasks" / "level1" / "01_relu.py")
 runner = CliRunner()
@@ -53,3 +55,47 @@ def test_eval_junk_solutions_are_parse_errors(tmp_path, cache_dir):
 def test_tasks_lists_the_bundled_suite():
     r = invoke("tasks")
     assert r.exit_code == 0 and "level1/01_relu" in r.output
+
+
+def test_unknown_task_errors_carry_no_stray_quotes(tmp_path):
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    (folder / "my_relu.py").write_text("x = 1\n")
+    r = invoke("eval-batch", str(folder))
+    assert r.exit_code == 2 and r.output == "error: no task 'my_relu'\n"
+    jsonl = tmp_path / "candidates.jsonl"
+    jsonl.write_text(json.dumps({"task_id": "my_relu", "source": ""}) + "\n")
+    r = invoke("eval-batch", str(jsonl))
+    assert r.exit_code == 2
+    assert r.output == f"error: {jsonl}:1: expected {{task_id, source}} of a known task (no task 'my_relu')\n"
+
+
+def test_timeout_option_sets_the_run_time_limit(tmp_path):
+    from kevin.cli import _config
+
+    params = tmp_path / "params.yaml"
+    params.write_text("evaluation:\n  timeout_s: 30\n")
+    assert _config("", "", 0, 0, None).timeout_s == 180.0  # EvalConfig's default
+    assert _config("", "", 0, 0, params).timeout_s == 30.0  # 0: the params file's value
+    assert _config("", "", 0, 0, params, 7.5).timeout_s == 7.5  # the command line wins
+    for command in ("eval", "eval-batch", "suite"):
+        assert "--timeout" in invoke(command, "--help").output, command
+    sol = tmp_path / "sol.py"
+    sol.write_text("x = 1\n")
+    for bad in ("-1", "nan", "inf"):
+        r = invoke("eval", RELU_TASK, str(sol), "--timeout", bad)
+        assert r.exit_code == 2, bad
+        assert r.output == f"error: --timeout must be a positive number of seconds (0: the configured default), got {float(bad)}\n"
+
+
+@pytest.mark.slow
+def test_eval_timeout_kills_a_hanging_kernel(tmp_path, cache_dir):
+    """One real C++ compile (about 10 s on 2 cores), then a forward that never returns, killed after --timeout."""
+    sol = tmp_path / "hang.py"
+    sol.write_text(cpp_solution(RELU_BODY, forward="while True:\n            x = x", name="cli_hang"))
+    start = time.monotonic()
+    r = invoke("eval", RELU_TASK, str(sol), "--timeout", "4", "--json", env={"KEVIN_CACHE_DIR": str(cache_dir)})
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["status"] == "timeout" and data["error"].startswith("no verdict within 4 s")
+    assert time.monotonic() - start < 150  # not the default 180 s

@@ -19,6 +19,7 @@ _LAZY = {
     "LoraAdapterSync": "kevin.policy.openai_backend",
     "FullWeightSync": "kevin.policy.openai_backend",
     "embedded_model_path": "kevin.policy.embedded",
+    "embedded_hf_dir": "kevin.policy.embedded",
     "load_embedded": "kevin.policy.embedded",
     "export_hf_dir": "kevin.policy.embedded",
 }

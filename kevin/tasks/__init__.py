@@ -13,11 +13,12 @@ from kevin.tasks.loader import (
     source_root,
 )
 from kevin.tasks.splits import Split, SplitConfig, SplitEntry, make_split, read_split, split_tasks, write_split
-from kevin.tasks.task import Task, TaskError, make_task, validate_task_source
+from kevin.tasks.task import Task, TaskError, UnknownTaskError, make_task, validate_task_source
 
 __all__ = [
     "Task",
     "TaskError",
+    "UnknownTaskError",
     "bundled_solution_path",
     "bundled_solutions_dir",
     "bundled_tasks_dir",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kevin.tasks.task import Task, TaskError, make_task
+from kevin.tasks.task import Task, TaskError, UnknownTaskError, make_task
 
 _LEVEL_DIR = re.compile(r"^level_?(\d+)$", re.IGNORECASE)
 
@@ -109,7 +109,8 @@ def load_tasks(source: str = "bundled", levels: tuple[int, ...] | None = None) -
 
 
 def find_task(tasks: list[Task], task_id: str) -> Task:
+    """The task whose id (``level1/01_relu``) or name (``01_relu``) is ``task_id``; UnknownTaskError if none."""
     for task in tasks:
         if task.task_id == task_id or task.name == task_id:
             return task
-    raise KeyError(f"no task {task_id!r}")
+    raise UnknownTaskError(f"no task {task_id!r}")

@@ -15,6 +15,16 @@ class TaskError(ValueError):
     """A task file is not a valid KernelBench-format task."""
 
 
+class UnknownTaskError(TaskError, KeyError):
+    """No task has the id asked for.
+
+    Also a KeyError (a failed lookup) for callers that catch one, but printed as its message alone: a plain
+    KeyError's str() wraps the message in a second pair of quotes (``"no task 'x'"``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 @dataclass(frozen=True)
 class Task:
     """One KernelBench-format task: a reference ``Model`` plus input factories.

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.tasks import TaskError, load_bundled_suite, load_kernelbench_dir, load_task_file, validate_task_source
+from kevin.tasks import (
+    TaskError,
+    UnknownTaskError,
+    find_task,
+    load_bundled_suite,
+    load_kernelbench_dir,
+    load_task_file,
+    validate_task_source,
+)
 from kevin.tasks.profiles import ProfileError, read_profiles, render_profile
 
 TASK = '''import torch
@@ -98,3 +106,13 @@ def test_bundled_suite_size_and_shape():
     for task in tasks:
         assert "cpu" in task.profiles, f"{task.task_id} has no cpu size profile"
         assert "KEVIN_PROFILES" not in task.render("cpu")
+
+
+def test_find_task_by_id_or_name_and_a_plain_message_when_missing():
+    suite = load_bundled_suite((1,))
+    assert find_task(suite, "level1/01_relu") is find_task(suite, "01_relu")
+    with pytest.raises(UnknownTaskError) as info:
+        find_task(suite, "my_relu")
+    # Both a KeyError (a failed lookup) and a TaskError, printed without KeyError's extra quotes.
+    assert isinstance(info.value, KeyError) and isinstance(info.value, TaskError)
+    assert str(info.value) == "no task 'my_relu'"
