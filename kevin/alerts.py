@@ -113,7 +113,7 @@ def stop_reason(alert: Alert) -> str:
 def alert_text(alert: Alert, metrics: Mapping[str, float] | None = None, *, run_name: str = "") -> str:
     """The notification text: who (run), what (the alert's message) and the step's main monitor metrics."""
     head = "STOPPED" if alert.should_stop else _severity(alert).upper()
-    lines = [f"[Kevin {head}] run {run_name or '?'}, step {alert.step}: {alert.message}"]
+    lines = [f"[Kevin {head}] run {run_name or '?'}: {alert.message}"]  # the message starts with its step
     shown = [(k, metrics[k]) for k in MESSAGE_METRICS if metrics and k in metrics]
     if shown:
         lines.append("metrics: " + ", ".join(f"{k}={_number(v)}" for k, v in shown))
@@ -244,17 +244,20 @@ def ensure_collapse_automation(webhook_url: str | None = None, config: AlertConf
         logger.info("no webhook URL (alerts.webhook_url or $%s): no collapse automation", config.webhook_url_env)
         return None
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.sorting import AutomationSort
+    from prefect.events.filters import AutomationFilter, AutomationFilterName
 
     # _sync: this is sync code even when called from inside an async flow (Prefect would hand back a coroutine).
     block_id = _webhook_block(url, config).save(config.block_name, overwrite=True, _sync=True)
     desired = _desired_automation(block_id, config)
     with get_client(sync_client=True) as client:
-        found = client.read_automations_by_name(config.automation_name)
+        by_name = AutomationFilter(name=AutomationFilterName(any_=[config.automation_name]))
+        found = client.read_automations(automations=by_name, sort=AutomationSort.CREATED_DESC)
         if not found:
             automation_id = client.create_automation(desired)
             logger.info("created Prefect automation %r (%s)", config.automation_name, automation_id)
             return automation_id
-        keep, extra = found[0], found[1:]
+        keep, extra = found[-1], found[:-1]  # the oldest stays, so its id is stable across calls
         for copy in extra:
             client.delete_automation(copy.id)
         if not _same(keep, desired):
