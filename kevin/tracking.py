@@ -540,7 +540,8 @@ class Tracker:
                 tracker.log_step(summarize_step(step, trajectories, ...), trajectories=trajectories,
                                  rollout=step_dir / "rollout", alerts=alerts)
                 if monitor.should_stop:
-                    tracker.set_stop(monitor.stop_alert.message, step=step, metric=monitor.stop_alert.metric)
+                    alert = monitor.stop_alert
+                    tracker.set_stop(kevin.alerts.stop_reason(alert), step=step, metric=alert.metric)
                     break
 
     Leaving the ``with`` block ends the run: FINISHED, or KILLED when a stop reason was set (the run did not
@@ -804,6 +805,8 @@ class Tracker:
         try:
             if self._last_step is not None:
                 self.log_plots()
+        except Exception:  # a plot must not keep the run from being closed with its real status
+            logger.exception("MLflow run %s: final plots failed", self.run_id)
         finally:
             self.client.set_terminated(self.run_id, status=status)
             logger.info("MLflow run %s ended %s", self.run_id, status)
@@ -815,15 +818,20 @@ class Tracker:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self.enabled or self.run_id is None:
             return False
-        if exc_type is None:
-            status = "KILLED" if self.stop_reason else "FINISHED"
-        elif issubclass(exc_type, KeyboardInterrupt):
-            self.set_stop("interrupted (KeyboardInterrupt)")
-            status = "KILLED"
-        else:
-            self._set_tags({"error": f"{exc_type.__name__}: {exc}"})
-            status = "FAILED"
-        self.end(status)
+        try:
+            if exc_type is None:
+                self.end("KILLED" if self.stop_reason else "FINISHED")
+            elif issubclass(exc_type, KeyboardInterrupt):
+                self.set_stop("interrupted (KeyboardInterrupt)")
+                self.end("KILLED")
+            else:
+                self._set_tags({"error": f"{exc_type.__name__}: {exc}"})
+                self.end("FAILED")
+        except Exception:
+            if exc_type is None:
+                raise
+            # The store failing too must not hide the exception that ended the run.
+            logger.exception("MLflow run %s could not be closed", self.run_id)
         return False
 
 

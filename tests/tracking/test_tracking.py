@@ -333,3 +333,14 @@ def test_a_disabled_tracker_touches_nothing(tmp_path):
         tracker.set_stop("why", step=0)
     assert tracker.run_id is None and metrics == step_metrics(step_summary(0))
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_ends_the_run_killed_with_the_reason(store, tmp_path):
+    tracker = Tracker(TrackingConfig(experiment_name="interrupt"), tmp_path / "out", project_dir=store, env={})
+    with pytest.raises(KeyboardInterrupt):
+        with tracker.start({"a": 1}):
+            run_id = tracker.run_id
+            raise KeyboardInterrupt
+    run = client_for(store).get_run(run_id)
+    assert run.info.status == "KILLED" and run.data.tags["stop.reason"] == "interrupted (KeyboardInterrupt)"
+    assert tracker.run_id is None
