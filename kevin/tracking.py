@@ -114,11 +114,19 @@ class TrackingConfig(Settings):
             )
         if not self.experiment_name.strip():
             raise ValueError("tracking.experiment_name is empty; name the MLflow experiment, e.g. 'kevin'")
-        for name in ("kernel_sample_size",):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"tracking.{name} must be an integer >= 0, got {getattr(self, name)!r}")
+        if not isinstance(self.kernel_sample_size, int) or self.kernel_sample_size < 0:
+            raise ValueError(f"tracking.kernel_sample_size must be an integer >= 0 (0 stores no sample), "
+                             f"got {self.kernel_sample_size!r}")
         if not isinstance(self.plot_every, int) or self.plot_every < 1:
             raise ValueError(f"tracking.plot_every must be an integer >= 1, got {self.plot_every!r}")
+
+
+def store_folder(project_dir: str | Path, env: Mapping[str, str]) -> Path:
+    """The folder a relative store path is taken from: the DVC repository's root (``DVC_ROOT``) when DVC runs
+    the command, else ``project_dir``. ``dvc exp run --queue`` / ``--temp`` run each experiment in a temporary
+    copy of the repository and set ``DVC_ROOT`` to the original, so every ablation lands in its one database
+    instead of a copy that is deleted afterwards."""
+    return Path(env["DVC_ROOT"]) if env.get("DVC_ROOT") else Path(project_dir)
 
 
 def resolve_tracking_uri(uri: str, project_dir: str | Path) -> str:
@@ -546,6 +554,10 @@ class Tracker:
 
     Leaving the ``with`` block ends the run: FINISHED, or KILLED when a stop reason was set (the run did not
     reach its planned end) or on Ctrl-C, or FAILED on an exception (its text in the ``error`` tag).
+
+    ``project_dir`` (default: the working directory) is the code's checkout, read for the git tags; the store
+    and artifact folder are taken from it too, or from the DVC repository root when DVC runs the command
+    (``store_folder``). ``env`` (default ``os.environ``) is where the DVC variables are read.
     """
 
     def __init__(self, config: TrackingConfig | None = None, out_dir: str | Path = ".", *,
@@ -555,8 +567,9 @@ class Tracker:
         self.out_dir = Path(out_dir)
         self.project_dir = Path(project_dir) if project_dir is not None else Path.cwd()
         self.env = dict(os.environ if env is None else env)
+        self.store_dir = store_folder(self.project_dir, self.env)
         self.nor_threshold = nor_threshold  # drawn on the Not-Okay plot (MonitorConfig.max_thresholds)
-        self.tracking_uri = resolve_tracking_uri(self.config.tracking_uri, self.project_dir)
+        self.tracking_uri = resolve_tracking_uri(self.config.tracking_uri, self.store_dir)
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.stop_reason = ""
@@ -614,7 +627,7 @@ class Tracker:
         name = self.config.experiment_name
         experiment = self.client.get_experiment_by_name(name)
         if experiment is None:
-            location = resolve_artifact_location(self.config.artifact_location, self.tracking_uri, self.project_dir)
+            location = resolve_artifact_location(self.config.artifact_location, self.tracking_uri, self.store_dir)
             try:
                 return self.client.create_experiment(name, artifact_location=location)
             except MlflowException:  # another process created it between the lookup and the create

@@ -31,6 +31,7 @@ from kevin.tracking import (
     resolve_tracking_uri,
     step_metrics,
     steps_table_markdown,
+    store_folder,
     summarize_step,
     tasks_table_markdown,
 )
@@ -105,6 +106,8 @@ def test_step_metrics_leave_out_what_cannot_be_computed():
 
 
 def test_uris_are_pinned_to_the_project_folder(tmp_path):
+    assert store_folder(tmp_path, {}) == tmp_path
+    assert store_folder(tmp_path, {"DVC_ROOT": "/repo"}) == Path("/repo")
     assert resolve_tracking_uri("sqlite:///mlflow.db", tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert resolve_tracking_uri("sqlite:////abs/m.db", tmp_path) == "sqlite:////abs/m.db"
     assert resolve_tracking_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"
@@ -309,9 +312,14 @@ def test_resume_of_a_run_the_store_lacks_is_refused(store, tmp_path):
 
 def test_two_ablation_runs_line_up_in_one_experiment(store, tmp_path):
     runs = []
-    for gamma, scale in ((0.4, 1.0), (0.8, 2.0)):
+    # The second runs as a queued DVC experiment would: in a temporary copy (no git checkout here), with
+    # DVC_ROOT naming the repository, whose database it must use.
+    copy = tmp_path / "dvc-temp-copy"
+    copy.mkdir()
+    setups = ((0.4, 1.0, store, {}), (0.8, 2.0, copy, {"DVC_ROOT": str(store), "DVC_EXP_NAME": "gamma-0.8"}))
+    for gamma, scale, project, env in setups:
         tracker = Tracker(TrackingConfig(experiment_name="ablation", run_name=f"gamma-{gamma}"), tmp_path / str(gamma),
-                          project_dir=store, env={})
+                          project_dir=project, env=env)
         with tracker.start({"rewards": {"gamma": gamma, "mode": "sum"}}):
             for step in range(2):
                 tracker.log_step(step_summary(step, scale))
@@ -322,6 +330,8 @@ def test_two_ablation_runs_line_up_in_one_experiment(store, tmp_path):
     assert set(a.data.metrics) == set(b.data.metrics) and set(a.data.params) == set(b.data.params)
     assert (a.data.params["rewards.gamma"], b.data.params["rewards.gamma"]) == ("0.4", "0.8")
     assert (a.data.metrics["loss/loss"], b.data.metrics["loss/loss"]) == pytest.approx((0.4, 0.8))
+    assert "git.commit" in a.data.tags and "git.commit" not in b.data.tags and b.data.tags["dvc.exp_name"] == "gamma-0.8"
+    assert not (copy / "mlflow.db").exists() and not (copy / "mlartifacts").exists()
     found = client.search_runs([a.info.experiment_id], filter_string="params.`rewards.gamma` = '0.8'")
     assert [r.info.run_id for r in found] == [runs[1]]
 
