@@ -222,6 +222,7 @@ def _desired_automation(block_id: UUID, config: AlertConfig):
 
 
 def _same(existing: Any, desired: Any) -> bool:
+    # Compare only the fields we define: the server's copy carries more (its id, timestamps).
     want = desired.model_dump(mode="json")
     have = existing.model_dump(mode="json")
     return all(have.get(k) == v for k, v in want.items())
@@ -233,7 +234,8 @@ def ensure_collapse_automation(webhook_url: str | None = None, config: AlertConf
     Idempotent: the webhook block is saved under ``config.block_name`` (overwritten in place, same id) and
     the automation is looked up by ``config.automation_name``; an identical one is left alone, a different
     one updated, and copies left by earlier runs are deleted. Returns the automation id, or None (and logs
-    why) when no server is configured or no webhook URL is set.
+    why) when no server is configured or no webhook URL is set. A configured server that cannot be reached
+    raises (Prefect's HTTP error): call it when the run starts, where a wrong PREFECT_API_URL should stop it.
     """
     config = config or AlertConfig()
     url = webhook_url or config.resolved_webhook_url()
