@@ -575,6 +575,7 @@ class Tracker:
         self.stop_reason = ""
         self._client: Any = None
         self._last_step: int | None = None
+        self._resumes = 0
 
     @property
     def enabled(self) -> bool:
@@ -659,9 +660,9 @@ class Tracker:
                 f"{self.run_file} to start a new run"
             ) from exc
         self.run_id, self.experiment_id = run_id, run.info.experiment_id
-        resumes = int(run.data.tags.get("resumes", "0")) + 1
+        self._resumes = int(run.data.tags.get("resumes", "0")) + 1
         self.client.update_run(run_id, status="RUNNING")
-        self.client.set_tag(run_id, "resumes", str(resumes))
+        self.client.set_tag(run_id, "resumes", str(self._resumes))
         for key in ("stop.reason", "stop.step", "stop.metric", "error"):  # the last ending no longer holds
             if key in run.data.tags:
                 self.client.delete_tag(run_id, key)
@@ -686,7 +687,8 @@ class Tracker:
 
     def log_config(self, config: Any) -> None:
         """The resolved config as params (dotted keys) and as ``config.yaml``. MLflow params cannot change, so on
-        a resumed run only new keys are logged; changed ones are listed in the ``resume.changed_params`` tag."""
+        a resumed run only new keys are logged; changed ones are listed in the ``resume.changed_params`` tag and
+        the new config is stored as ``config.resume<N>.yaml``."""
         if not self.enabled:
             return
         import yaml
@@ -702,7 +704,10 @@ class Tracker:
         for i in range(0, len(new), _BATCH_PARAMS):
             self.client.log_batch(self.run_id, params=new[i:i + _BATCH_PARAMS])
         plain = json.loads(json.dumps(_config_dict(config), default=str))  # plain types for YAML
-        self.client.log_text(self.run_id, yaml.safe_dump(plain, sort_keys=False), "config.yaml")
+        # The config a run started with stays; a resume with changes adds its own copy beside it.
+        name = f"config.resume{self._resumes}.yaml" if existing else "config.yaml"
+        if changed or not existing:
+            self.client.log_text(self.run_id, yaml.safe_dump(plain, sort_keys=False), name)
 
     def _set_tags(self, tags: Mapping[str, str]) -> None:
         from mlflow.entities import RunTag

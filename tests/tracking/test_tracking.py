@@ -291,6 +291,8 @@ def test_resume_logs_into_the_same_run(store, tmp_path):
     assert [m.step for m in client.get_metric_history(run_id, "loss/loss")] == [0, 1]
     assert len(client.search_runs([crashed.info.experiment_id])) == 1
     root = Path(run.info.artifact_uri.removeprefix("file://"))
+    assert "max_steps: 2" in (root / "config.yaml").read_text()  # the config the run started with stays
+    assert "max_steps: 4" in (root / "config.resume1.yaml").read_text()
     table = (root / "steps.md").read_text()
     assert "\n| 0 |" in table and "\n| 1 |" in table  # the plots and table cover the steps before the resume
 
