@@ -1,0 +1,258 @@
+"""Collapse alerts: the event built for an alert (pure), nothing sent without a server, and against a real
+`prefect server start` on loopback: the automation is made once and delivers Slack-style JSON to a webhook."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import math
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from kevin.alerts import (
+    AlertConfig,
+    alert_event,
+    alert_text,
+    emit_collapse_alert,
+    ensure_collapse_automation,
+    should_notify,
+    stop_reason,
+)
+from kevin.monitor import Alert, Severity
+
+WARNING = Alert(metric="not_okay_ratio", value=0.35, threshold=0.2, step=7, severity=Severity.WARNING,
+                should_stop=False, message="step 7: not_okay_ratio 0.35 > 0.2: reasoning drifts.", consecutive=1)
+REPEAT = Alert(metric="not_okay_ratio", value=0.4, threshold=0.2, step=8, severity=Severity.WARNING,
+               should_stop=False, message="step 8: not_okay_ratio 0.4 > 0.2 (2nd step in a row).", consecutive=2)
+STOP = Alert(metric="junk_share", value=0.25, threshold=0.1, step=9, severity=Severity.CRITICAL, should_stop=True,
+             message="step 9: junk_share 0.25 > 0.1: many responses are repetitive junk. Stopping training.")
+ROW = {"step": 9, "n_responses": 64, "not_okay_ratio": 0.5, "junk_share": 0.25, "grad_norm": math.nan, "loss": 0.1}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pure
+
+
+def test_alert_event_names_the_run_and_carries_the_metrics():
+    kwargs = alert_event(STOP, ROW, run_id="abc123", run_name="gamma-0.4")
+    assert kwargs["event"] == "kevin.collapse.alert"
+    assert kwargs["resource"] == {
+        "prefect.resource.id": "kevin.run.abc123", "prefect.resource.name": "gamma-0.4",
+        "kevin.alert.metric": "junk_share", "kevin.alert.severity": "critical", "kevin.alert.notify": "true",
+    }
+    payload = kwargs["payload"]
+    assert payload["text"] == (
+        "[Kevin STOPPED] run gamma-0.4: " + STOP.message + "\n"
+        "metrics: not_okay_ratio=0.5, junk_share=0.25, grad_norm=nan"
+    )
+    assert payload["alert"] == STOP.to_dict()
+    assert payload["metrics"] == {"step": 9, "n_responses": 64, "not_okay_ratio": 0.5, "junk_share": 0.25,
+                                  "grad_norm": "nan", "loss": 0.1}  # NaN is not JSON: sent as its text
+    json.dumps(payload, allow_nan=False)  # the payload is strict JSON
+    assert alert_event(REPEAT, None, run_id="r")["resource"]["kevin.alert.notify"] == "false"
+    with pytest.raises(ValueError, match="run_id"):
+        alert_event(STOP, ROW, run_id="")
+
+
+def test_which_alerts_notify():
+    assert should_notify(WARNING) and should_notify(STOP) and not should_notify(REPEAT)
+    assert should_notify(REPEAT, notify_repeats=True)
+    assert stop_reason(STOP) == f"collapse: junk_share at step 9 ({STOP.message})"
+    assert alert_text(WARNING) == "[Kevin WARNING] run ?: " + WARNING.message
+
+
+def test_alert_config_reads_the_url_from_the_environment_and_validates():
+    assert AlertConfig().resolved_webhook_url({"KEVIN_ALERT_WEBHOOK_URL": "https://hooks.example/x"}) == "https://hooks.example/x"
+    assert AlertConfig(webhook_url="https://a/b").resolved_webhook_url({"KEVIN_ALERT_WEBHOOK_URL": "https://c"}) == "https://a/b"
+    assert AlertConfig().resolved_webhook_url({}) == ""
+    with pytest.raises(ValueError, match="min_severity"):
+        AlertConfig(min_severity="loud")
+    with pytest.raises(ValueError, match="http"):
+        AlertConfig(webhook_url="hooks.slack.com/x")
+    with pytest.raises(ValueError, match="unknown alerts settings"):
+        AlertConfig.from_dict({"webhook": "x"})
+
+
+def test_without_a_server_nothing_is_sent(caplog, tmp_path):
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    with temporary_settings(updates={PREFECT_HOME: str(tmp_path)}, restore_defaults={PREFECT_API_URL}):
+        with caplog.at_level(logging.INFO, logger="kevin.alerts"):
+            assert emit_collapse_alert(STOP, ROW, run_id="r1") is None
+            assert ensure_collapse_automation("http://127.0.0.1:9/hook") is None
+    assert "alert not sent as an event" in caplog.text and STOP.message in caplog.text
+    assert "no collapse automation" in caplog.text
+    assert not (tmp_path / "prefect.db").exists()  # no temporary server was started for it
+    # Below min_severity nothing is emitted, server or not.
+    assert emit_collapse_alert(WARNING, ROW, run_id="r1", config=AlertConfig(min_severity="critical")) is None
+
+
+# ---------------------------------------------------------------------------------------------------
+# A real Prefect server on loopback and a webhook listener
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory):
+    """`prefect server start` on 127.0.0.1 (its own PREFECT_HOME, analytics off); the test process's Prefect
+    settings point at it for the module."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", NO_PROXY="127.0.0.1,localhost")
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
+                             str(port), "--no-ui", "--analytics-off"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
+                time.sleep(0.5)
+        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_HOME: str(home)}):
+            yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def webhook():
+    """A local HTTP listener: every POST's path and JSON body lands in the returned queue."""
+    received: queue.Queue = queue.Queue()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.put((self.path, self.headers.get("Content-Type", ""), json.loads(body)))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/kevin", received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _automations(name: str):
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        return client.read_automations_by_name(name)
+
+
+def test_the_automation_is_made_once_and_kept_up_to_date(prefect_server, caplog):
+    # An event name of its own: its dead URL must not fire (and be retried) on the delivery test's events.
+    config = AlertConfig(automation_name="kevin-idempotent", block_name="kevin-idempotent-hook",
+                         event_name="kevin.test.idempotent")
+    caplog.set_level(logging.INFO, logger="kevin.alerts")
+    first = ensure_collapse_automation("http://127.0.0.1:9/a", config)
+    assert ensure_collapse_automation("http://127.0.0.1:9/a", config) == first
+    assert "created Prefect automation" in caplog.text and "updated" not in caplog.text  # found as it is
+    found = _automations("kevin-idempotent")
+    assert [a.id for a in found] == [first]
+    automation = found[0]
+    assert automation.trigger.expect == {"kevin.test.idempotent"}
+    assert automation.trigger.match.model_dump() == {"prefect.resource.id": "kevin.run.*", "kevin.alert.notify": "true"}
+    assert automation.actions[0].type == "send-notification"
+    block_id = automation.actions[0].block_document_id
+    # A new URL updates the block in place (same document), still one automation.
+    assert ensure_collapse_automation("http://127.0.0.1:9/b", config) == first
+    again = _automations("kevin-idempotent")
+    assert [a.id for a in again] == [first] and again[0].actions[0].block_document_id == block_id
+    from prefect.blocks.notifications import CustomWebhookNotificationBlock
+
+    block = CustomWebhookNotificationBlock.load("kevin-idempotent-hook", _sync=True)
+    assert block.secrets.get_secret_value() == {"webhook_url": "http://127.0.0.1:9/b"}
+    # A changed definition (another event name) updates the automation found by name.
+    moved = AlertConfig(automation_name="kevin-idempotent", block_name="kevin-idempotent-hook", event_name="kevin.test.moved")
+    assert ensure_collapse_automation("http://127.0.0.1:9/b", moved) == first
+    assert "updated Prefect automation 'kevin-idempotent'" in caplog.text
+    assert [a.trigger.expect for a in _automations("kevin-idempotent")] == [{"kevin.test.moved"}]
+    # Copies (say, from two runs racing at their start) are reduced to one.
+    from prefect.automations import AutomationCore
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.create_automation(AutomationCore(**_automations("kevin-idempotent")[0].model_dump(exclude={"id"})))
+    assert len(_automations("kevin-idempotent")) == 2
+    assert ensure_collapse_automation("http://127.0.0.1:9/b", moved) == first
+    assert [a.id for a in _automations("kevin-idempotent")] == [first]
+
+
+def _wait_until_live(config: AlertConfig, received: queue.Queue, timeout: float = 60.0) -> None:
+    """Emit probe alerts until one reaches the webhook. A sqlite-backed server loads a new automation into its
+    trigger cache a moment after creating it (a task on its event loop); an event in that moment is stored
+    but triggers nothing. A training run creates the automation at its start, long before an alert."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        emit_collapse_alert(WARNING, None, run_id="probe", config=config)
+        try:
+            received.get(timeout=2)
+            return
+        except queue.Empty:
+            continue
+    raise AssertionError(f"the automation delivered no probe within {timeout} s")
+
+
+def _messages(received: queue.Queue, timeout: float) -> list:
+    """What the webhook receives within ``timeout`` seconds, late probes left out."""
+    out, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            item = received.get(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if "run probe:" not in item[2]["text"]:
+            out.append(item)
+    return out
+
+
+def test_a_stop_alert_reaches_the_webhook_as_slack_json(prefect_server, webhook):
+    url, received = webhook
+    config = AlertConfig(automation_name="kevin-delivery", block_name="kevin-delivery-hook")
+    assert ensure_collapse_automation(url, config) is not None
+    _wait_until_live(config, received)
+    # A repeated warning is an event but no message; the stop is both.
+    assert emit_collapse_alert(REPEAT, ROW, run_id="run42", run_name="gamma-0.4", config=config) is not None
+    assert emit_collapse_alert(STOP, ROW, run_id="run42", run_name="gamma-0.4", config=config) is not None
+    got = []
+    deadline = time.monotonic() + 60
+    while not got and time.monotonic() < deadline:
+        got = _messages(received, 1.0)
+    got += _messages(received, 3.0)  # room for a wrongly sent second message to arrive
+    assert [(path, ctype) for path, ctype, _ in got] == [("/hooks/kevin", "application/json")]
+    assert got[0][2] == {"text": alert_text(STOP, ROW, run_name="gamma-0.4")}
