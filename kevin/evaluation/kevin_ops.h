@@ -102,9 +102,10 @@ template <class A, class B> struct Ret<std::pair<A, B>> {
   static type put(std::pair<A, B>&& r) { return type(std::move(r.first), std::move(r.second)); }
 };
 
-// Adapter<&f>::call: converted values are held as lvalues, so f may take T, const T& or T&.
-template <auto F> struct Adapter;
-template <class R, class... A, R (*F)(A...)> struct Adapter<F> {
+// Adapter<&f>::call: converted values are held as lvalues, so f may take T, const T& or T&. Specialised on
+// the function's type, so noexcept functions match exactly one form.
+template <auto F, class Fn> struct AdapterOf;
+template <auto F, class R, class... A> struct AdapterOf<F, R (*)(A...)> {
   static typename Ret<Plain<R>>::type call(typename Param<Plain<A>>::type... args) {
     std::tuple<Plain<A>...> values(Param<Plain<A>>::get(args)...);
     if constexpr (std::is_void_v<R>) {
@@ -114,6 +115,7 @@ template <class R, class... A, R (*F)(A...)> struct Adapter<F> {
     }
   }
 };
-template <class R, class... A, R (*F)(A...) noexcept> struct Adapter<F> : Adapter<static_cast<R (*)(A...)>(F)> {};
+template <auto F, class R, class... A> struct AdapterOf<F, R (*)(A...) noexcept> : AdapterOf<F, R (*)(A...)> {};
+template <auto F> struct Adapter : AdapterOf<F, decltype(F)> {};
 
 }  // namespace kevin_ops

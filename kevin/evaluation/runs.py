@@ -155,6 +155,9 @@ class RunPlan:
     remeasure: Callable[[], Overhead] | None = None
     """Measures the overhead again, now: a disagreement is only reported if it holds against a fresh
     measurement (the machine's load may have changed since the first one)."""
+    timing_attempts: int = 3
+    """Timed loops a candidate gets when its times disagree with the evaluator's clock: a burst of other
+    work on the machine delays the evaluator's stamps in one loop, a forgery shows in every loop."""
 
 
 class RunDriver:
@@ -169,6 +172,7 @@ class RunDriver:
         self._end: dict[int, int] = {}
         self._next_mark = ("b", 0)
         self._phase = "ready"
+        self._attempts = 0
 
     def fail(self, failure: Failure) -> None:
         if self.facts.failure is None:
@@ -235,10 +239,11 @@ class RunDriver:
             return False  # after a failure only the report and the end matter
         elif kind == "trial" and self._phase == "trials":
             self.trial(message)
-        elif kind == "timing" and self._phase == "trials":
+        elif kind == "timing" and self._phase in ("trials", "again"):
             if self.facts.trials_run != len(self.plan.trials) or int(message.get("trials", -1)) != self.plan.timing_trials:
                 raise ValueError("timing started out of turn")
             self._phase = "timing"
+            self._begin, self._end, self._next_mark = {}, {}, ("b", 0)
         elif kind in ("b", "e") and self._phase == "timing":
             self.mark(kind, message.get("i"), item.at_ns)
         elif kind == "timed" and self._phase == "timing":
@@ -319,10 +324,18 @@ class RunDriver:
                                   [self._end.get(i, 0) for i in range(len(samples))])
         if len(self._begin) != len(samples) or len(self._end) != len(samples):
             evidence = TimingEvidence(samples, list(self._begin.values()), list(self._end.values()))
-        problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance)
+        cycles = plan.backend == "cuda"
+        problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance, cycles)
         if problem and plan.remeasure is not None and plan.overhead is not None:
             plan.overhead = plan.remeasure()
-            problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance)
+            problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance, cycles)
+        if problem and self._attempts < plan.timing_attempts - 1:
+            self._attempts += 1
+            self.facts.warnings.append(f"timed loop {self._attempts} disagreed with the evaluator's clock ({problem}); "
+                                       "timed again")
+            self._phase = "again"
+            self.job.send({"t": "again"})
+            return
         if not problem and plan.backend == "cuda":
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:

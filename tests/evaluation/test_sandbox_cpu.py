@@ -8,6 +8,7 @@ honest one, which must still be judged correct.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -18,10 +19,11 @@ import pytest
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.isolation import CgroupJob, landlock_abi
 from tests.conftest import RELU_BODY, cpp_solution
+from tests.evaluation.hostile import COPY_CPU, hostile_by_class
 
 SECRET = "kevin-planted-secret-7f3a9c"
 RELAXED = {rule: {"enabled": False} for rule in ("forbidden_import", "dynamic_code", "patching", "try_except", "torch_compute",
-                                                  "cpp_forbidden_calls", "torch_namespaces")}
+                                                  "cpp_forbidden_calls", "torch_namespaces", "native_symbols")}
 
 
 def _cgroup_pids_available() -> bool:
@@ -60,7 +62,8 @@ def hostile_sources(tmp: Path, port: int, c=cpp_solution, body: str = RELU_BODY)
     }
 
 
-def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, body: str = RELU_BODY) -> dict:
+def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, body: str = RELU_BODY,
+                      copy_body: str = COPY_CPU) -> dict:
     """Every hostile candidate, each followed by an honest one, in one ``evaluate_many`` batch.
 
     A planted secret file and environment variable, and a loopback server that records what reaches
@@ -90,6 +93,13 @@ def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, bod
     if not _cgroup_pids_available():
         sources.pop("fork")  # without a pids cgroup a fork is only polled: not something to run on CI
     honest = c(body)
+    built = evaluator.compile(Candidate(task.task_id, honest))
+    assert built.failure is None, built.failure
+    other_build = next(p for p in built.ext_dir.rglob("*.so"))
+    sources.update(hostile_by_class(c, body, copy_body, evaluator.config.backend, str(evaluator.cache_dir), str(other_build)))
+    evaluator.prefetch_baselines([task])
+    baselines_before = json.loads((evaluator.cache_dir / "baselines.json").read_text())
+    build_before = other_build.read_bytes()
     items = []
     for name, (source, _) in sources.items():
         items.append((task, Candidate(task.task_id, source, candidate_id=name)))
@@ -101,7 +111,10 @@ def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, bod
         os.environ.pop("KEVIN_TEST_SECRET", None)
         listener.join(timeout=2)
         server.close()
-    return {"results": results, "sources": sources, "tmp": tmp, "accepted": accepted}
+    baselines_after = json.loads((evaluator.cache_dir / "baselines.json").read_text())
+    kept = all(baselines_after.get(k) == v for k, v in baselines_before.items())
+    return {"results": results, "sources": sources, "tmp": tmp, "accepted": accepted,
+            "caches_unchanged": other_build.read_bytes() == build_before and kept}
 
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["in_turn", "started_ahead"])
@@ -114,7 +127,8 @@ def batch(request, tmp_path_factory, cache_dir, relu_task):
     return run_hostile_batch(tmp_path_factory.mktemp("hostile"), relu_task, evaluator)
 
 
-NAMES = sorted(hostile_sources(Path("/nonexistent"), 1))
+NAMES = sorted([*hostile_sources(Path("/nonexistent"), 1),
+                *hostile_by_class(cpp_solution, RELU_BODY, COPY_CPU, "cpu", "/nonexistent", "/nonexistent")])
 
 
 def check_contained(batch: dict, name: str) -> None:
@@ -124,7 +138,8 @@ def check_contained(batch: dict, name: str) -> None:
     r = batch["results"][name]
     _, allowed = batch["sources"][name]
     print(name, r.status.value, r.rule_id, r.error[:160].replace("\n", " "))
-    assert r.score == 0.0 and r.status in allowed
+    allowed = {Status(a) if isinstance(a, str) else a for a in allowed}
+    assert r.score == 0.0 and r.status in allowed, (name, r.status, r.error)
     assert SECRET not in r.error and SECRET not in r.feedback
     after = batch["results"][f"after:{name}"]
     assert after.status is Status.CORRECT, (name, after.status, after.error)
@@ -133,6 +148,9 @@ def check_contained(batch: dict, name: str) -> None:
 def check_nothing_escaped(batch: dict) -> None:
     assert not (batch["tmp"] / "outside.txt").exists()
     assert batch["accepted"] == [], "a candidate reached a loopback server outside its sandbox"
+    assert batch["caches_unchanged"], "a candidate changed the baselines or another candidate's build"
+    timing = batch["results"]["native_forge_timing"]
+    assert timing.rule_id == "timing_mismatch", (timing.rule_id, timing.error)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,0 +1,103 @@
+"""Hostile candidates by class, for the cpu and the cuda hostile suites (test_sandbox_cpu.py, tests/gpu).
+
+Each class is an attack on the judge that an earlier evaluator lost to, in its simplest working form:
+native code in the candidate's library (reaching the Python C API through token pasting, so no forbidden
+word is in the text) rewrites the interpreter it runs in, forges timings or the protocol, or writes into
+the evaluator's shared caches. With the default rules the library is refused from its symbol table; the
+suites run them with the rules relaxed, so what must hold is that the verdict, decided outside the
+candidate's process, still scores each of them 0 and the honest candidate after it stays correct.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+PYTHON_FROM_NATIVE = r'''
+#define KJ(a, b) a##b
+extern "C" int KJ(PyRun_, SimpleString)(const char*);
+extern "C" int KJ(PyGILState_, Ensure)();
+extern "C" void KJ(PyGILState_, Release)(int);
+static int kevin_hostile_run(const char* code) {
+    int state = KJ(PyGILState_, Ensure)();
+    int rc = KJ(PyRun_, SimpleString)(code);
+    KJ(PyGILState_, Release)(state);
+    return rc;
+}
+static int kevin_hostile_done = kevin_hostile_run(R"PY(
+%s
+)PY");
+'''
+"""A static initializer that runs Python code when the library is loaded, without a forbidden token."""
+
+NO_INTEGRITY = "import kevin.evaluation.checks as _c\n_c.IntegritySnapshot.changed = lambda self: ''\n"
+"""Switch off the harness's own in-process tampering check first, as a real attacker would."""
+
+COPY_CPU = r"""
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) out[i] = in[i];
+    return y;
+}
+"""
+"""A kernel that computes nothing of the task: it copies its input."""
+
+COPY_CUDA = r"""
+__global__ void copy_kernel(const float* in, float* out, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = in[i];
+}
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    copy_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+
+def native(python: str) -> str:
+    return PYTHON_FROM_NATIVE % python
+
+
+def slow(body: str, times: int = 40) -> str:
+    """``body``'s kernel function run ``times`` times per call, so forged timings have much to hide."""
+    return body.replace("torch::Tensor relu_forward(torch::Tensor x) {",
+                        f"torch::Tensor relu_once(torch::Tensor x);\ntorch::Tensor relu_forward(torch::Tensor x) {{\n"
+                        f"    torch::Tensor y;\n    for (int r = 0; r < {times}; ++r) y = relu_once(x);\n    return y;\n}}\n"
+                        "torch::Tensor relu_once(torch::Tensor x) {", 1)
+
+
+def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: str, cache_dir: str,
+                     other_build: str) -> dict[str, tuple[str, set[str]]]:
+    """name -> (solution source, allowed status values). ``other_build``: a file of another candidate's
+    build in the cache (an honest one, judged after this one)."""
+    forge_timer = ("import kevin.evaluation.timing as _t\n_n = [0]\n"
+                   "def _fake():\n    _n[0] += 1000\n    return _n[0]\n_t._perf_counter_ns = _fake\n") if backend == "cpu" else \
+        "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n"
+    baselines = f"{cache_dir}/baselines.json"
+    return {
+        # Interpreter objects rewritten in place: the comparison no longer runs in this process.
+        "native_tamper_allclose": (c(native(NO_INTEGRITY + "import torch\ntorch.allclose = lambda *a, **k: True\n"
+                                            "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: a == a\n")
+                                     + copy_body, name="h_allclose"), {"incorrect"}),
+        # The harness's own steps skipped: the evaluator expects every trial before the timing.
+        "native_skip_checks": (c(native(NO_INTEGRITY + "import __main__ as _h\n"
+                                        "_h.RunJob.correctness = lambda self: None\n") + body, name="h_skip"),
+                               {"runtime_error"}),
+        # Timing forged below the call's real time: the evaluator's clock disagrees.
+        "native_forge_timing": (c(native(NO_INTEGRITY + forge_timer) + slow(body), name="h_timer"), {"rule_violation"}),
+        # A verdict forged on the evaluator's pipe: the protocol refuses it.
+        "native_forge_done": (c(native("import os, sys\nos.write(int(sys.argv[3]), b'{\"t\": \"done\"}\\n')\n") + body,
+                                name="h_done"), {"runtime_error"}),
+        # Shared caches written from native code and from Python: read-only to every candidate.
+        # (write or die: a candidate whose write went through would carry on and score as an honest kernel)
+        "native_write_baselines": (c(native(f"import os\ntry:\n    open({baselines!r}, 'w').write('{{}}')\n"
+                                            "except OSError:\n    os._exit(17)\n") + body, name="h_wbase"), {"runtime_error"}),
+        "python_write_baselines": (c(body, name="h_pbase", extra_py=f"open({baselines!r}, 'w').write('{{}}')"),
+                                   {"runtime_error"}),
+        "python_overwrite_other_build": (c(body, name="h_pbuild", extra_py=f"open({other_build!r}, 'wb').write(b'x')"),
+                                         {"runtime_error"}),
+    }

@@ -1,0 +1,132 @@
+"""Our extension build: requests, the operator registration, the narrow/full header paths, compiler messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kevin.evaluation.builder import (CompileFailure, ExtensionRequest, RequestError, build_extension, fallback_needed,
+                                      find_library, registration)
+from kevin.evaluation.config import EvalConfig
+from kevin.evaluation.rules import load_rules
+from kevin.evaluation.symbols import library_hits
+
+
+@pytest.fixture(scope="module")
+def toolchain(cache_dir):
+    from kevin.evaluation import Evaluator
+
+    ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir)))
+    yield ev.toolchain()
+    ev.close()
+
+
+def request(**kwargs):
+    return ExtensionRequest.from_call({"name": "ext", "functions": ["f"], **kwargs})
+
+
+def test_requests_are_validated_like_a_careful_load_inline():
+    assert request(cpp_sources="int f();").cpp_sources == ("int f();",)
+    assert request(functions={"f": "doc"}).functions == ("f",)
+    for bad, message in [({"name": "a b"}, "plain identifier"), ({"functions": []}, r"functions=\[\.\.\.\]"),
+                         ({"functions": ["f(); evil"]}, r"not a C\+\+ function name"), ({"extra_include_paths": ["/etc"]}, "not supported"),
+                         ({"cpp_sources": 3}, "string or a list of strings")]:
+        with pytest.raises(RequestError, match=message):
+            request(**bad)
+
+
+def test_the_registration_block_names_every_function():
+    text = registration("kevin_abc", ("relu", "ns::gelu"))
+    assert text == ('TORCH_LIBRARY(kevin_abc, m) {\n  m.def("relu", &kevin_ops::Adapter<&relu>::call);\n'
+                    '  m.def("gelu", &kevin_ops::Adapter<&ns::gelu>::call);\n}\n')
+
+
+def test_the_full_headers_decide_only_for_names_the_narrow_ones_lack():
+    full_only = {"Slice", "conv2d"}
+    assert fallback_needed("main.cpp:5:3: error: \u2018Slice\u2019 is not a member of \u2018torch::indexing\u2019", full_only)
+    assert fallback_needed('cuda.cu(7): error: identifier "conv2d" is undefined', full_only)
+    assert not fallback_needed("main.cpp:9:12: error: \u2018y\u2019 was not declared in this scope", full_only)
+    assert not fallback_needed("main.cpp:9:12: error: expected \u2018;\u2019 before \u2018}\u2019 token", full_only)
+
+
+SIGNATURES = r"""
+#include <torch/extension.h>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#define CHECK_CPU(x) TORCH_CHECK(!x.is_cuda(), #x " must be a CPU tensor")
+#define CHECK_INPUT(x) CHECK_CPU(x); TORCH_CHECK(x.is_contiguous(), #x " must be contiguous")
+
+template <typename scalar_t>
+static void scale_loop(const scalar_t* in, scalar_t* out, int64_t n, scalar_t s) {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] * s;
+}
+
+torch::Tensor scale(const torch::Tensor& x, float s, int repeat, bool negate) {
+    CHECK_INPUT(x);
+    auto y = torch::empty_like(x);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "scale", [&] {
+        scale_loop<scalar_t>(x.data_ptr<scalar_t>(), y.data_ptr<scalar_t>(), x.numel(),
+                             static_cast<scalar_t>(negate ? -s * repeat : s * repeat));
+    });
+    return y;
+}
+
+std::tuple<torch::Tensor, int64_t> with_count(torch::Tensor x, std::vector<int64_t> dims, std::optional<torch::Tensor> bias) {
+    int64_t total = 0;
+    for (auto d : dims) total += d;
+    return {bias.has_value() ? *bias : x, total};
+}
+
+std::pair<double, std::string> describe(std::vector<double> values, std::string label) {
+    double sum = 0;
+    for (double v : values) sum += v;
+    return {sum, label + "!"};
+}
+
+void fill_in_place(torch::Tensor& out, double value) {
+    float* p = out.data_ptr<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) p[i] = (float)value;
+}
+
+std::vector<torch::Tensor> split_two(torch::Tensor x) { return {x, x}; }
+int answer() noexcept { return 42; }
+"""
+
+
+def test_every_common_signature_is_callable_through_the_operator_registration(toolchain, tmp_path):
+    req = ExtensionRequest.from_call({"name": "sigs", "cpp_sources": SIGNATURES,
+                                      "functions": ["scale", "with_count", "describe", "fill_in_place", "split_two", "answer"]})
+    result = build_extension(req, toolchain, tmp_path)
+    assert result.path == "lite"
+    library = find_library(tmp_path, req, toolchain)
+    assert library is not None and library.name == "sigs.so"
+    hits = library_hits(tmp_path, load_rules()["native_symbols"], EvalConfig().allowed_runtime_ops)
+    assert hits == [], [h.message for h in hits]  # no Python, no pybind11: the library is only the candidate's code
+    torch.ops.load_library(str(library))
+    ops = getattr(torch.ops, req.op_namespace(toolchain))
+    x = torch.arange(4, dtype=torch.float32)
+    assert torch.equal(ops.scale(x, 0.5, 2, True), -x)  # float, int and bool converted from the schema's types
+    out, total = ops.with_count(x, [1, 2, 3], None)
+    assert torch.equal(out, x) and total == 6
+    assert torch.equal(ops.with_count(x, [], x + 1)[0], x + 1)
+    assert ops.describe([1.0, 2.5], "sum") == (3.5, "sum!")
+    buffer = torch.zeros(3)
+    assert ops.fill_in_place(buffer, 7.0) is None and torch.equal(buffer, torch.full((3,), 7.0))  # a Tensor& parameter
+    assert len(ops.split_two(x)) == 2 and ops.answer() == 42
+
+
+def test_compiler_messages_keep_the_candidates_line_numbers(toolchain, tmp_path):
+    source = "#include <torch/extension.h>\n\ntorch::Tensor f(torch::Tensor x) {\n    return undeclared_thing;\n}\n"
+    with pytest.raises(CompileFailure) as info:
+        build_extension(request(cpp_sources=source), toolchain, tmp_path)
+    assert "main.cpp:4:12: error:" in info.value.text and "undeclared_thing" in info.value.text
+    assert "/tmp" not in info.value.text.split("error:")[0]  # relative file names: no machine paths
+
+
+def test_a_source_that_needs_the_full_headers_is_built_with_them(toolchain, tmp_path):
+    source = ("#include <torch/extension.h>\n"
+              "torch::Tensor f(torch::Tensor x) { auto s = torch::indexing::Slice(0, 1); (void)s; return x; }\n")
+    result = build_extension(request(cpp_sources=source), toolchain, tmp_path)
+    assert result.path == "full" and (tmp_path / request(cpp_sources=source).dir_name(toolchain) / "full" / "ext.so").is_file()

@@ -1,0 +1,118 @@
+"""The verdict's pure parts: timing corroboration against the evaluator's clock, kernel classification and
+the assembly of an EvalResult (hand-computed values)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kevin.evaluation.verdict import (CYCLE_FACTOR, Failure, Overhead, RunFacts, TimingEvidence, assemble, classify_kernels,
+                                      corroborate, cycle_excess_ms, kernel_time_problem, low, measure_overhead,
+                                      window_excess_ms)
+from kevin.records.evaluation import Status
+
+MS = 1_000_000  # ns
+
+
+def evidence(reported: list[float], window: list[float], gap: float) -> TimingEvidence:
+    """Calls whose marks are ``window[i]`` ms apart, each cycle ``gap`` ms longer than its window."""
+    begin, end, t = [], [], 0
+    for w in window:
+        begin.append(t)
+        end.append(t + int(w * MS))
+        t += int((w + gap) * MS)
+    return TimingEvidence(reported, begin, end)
+
+
+def test_excesses_by_hand():
+    ev = evidence([1.0, 2.0, 1.5], [1.25, 2.5, 1.75], gap=3.0)
+    # windows - reported = 0.25, 0.5, 0.25; cycles = window + 3 -> 4.25, 5.5 minus reported -> 3.25, 3.5
+    assert window_excess_ms(ev) == pytest.approx([0.25, 0.5, 0.25])
+    assert cycle_excess_ms(ev) == pytest.approx([3.25, 3.5])
+    assert measure_overhead(ev) == Overhead(window_ms=pytest.approx(0.25), cycle_ms=pytest.approx(3.25))
+
+
+def test_low_is_the_tenth_percentile_from_below():
+    assert low([5.0]) == 5.0
+    assert low(list(range(11))) == 1  # index int(0.1 * 10) = 1
+    assert low([9, 1, 8, 2, 7, 3, 6, 4, 5, 0, 10]) == 1
+    assert low(list(range(100))) == 9  # index int(0.1 * 99) = 9
+
+
+def test_honest_times_agree():
+    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
+    ev = evidence([1.0] * 20, [1.2] * 20, gap=2.0)  # window excess 0.2 = overhead, cycle excess 2.2 - 0.0 ... = 2.2
+    assert corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2) == ""
+
+
+def test_times_reported_shorter_than_the_marks_are_flagged():
+    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
+    # reported 0.5 ms, marks 1.2 ms apart: 0.7 excess - 0.2 overhead = 0.5 > 0.1 + 0.2 * 0.5 = 0.2
+    ev = evidence([0.5] * 20, [1.2] * 20, gap=2.0)
+    problem = corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2)
+    assert "0.5000 ms more" in problem and "allowed 0.2000 ms" in problem
+    # the same 0.3 ms shortfall on a 10 ms call is within 0.1 + 0.2 * 10
+    assert corroborate(evidence([10.0] * 20, [10.5] * 20, gap=2.0), overhead, slack_ms=0.1, tolerance=0.2) == ""
+
+
+def test_work_moved_after_the_end_mark_shows_in_the_cycles():
+    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
+    # honest windows, but every cycle 3 ms longer than the protocol: allowed CYCLE_FACTOR * (0.1 + 0.2 * 1) = 1.2
+    ev = evidence([1.0] * 20, [1.2] * 20, gap=2.0 + 3.0)
+    assert CYCLE_FACTOR * (0.1 + 0.2 * 1.0) == pytest.approx(1.2)
+    assert "each cycle" in corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2)
+    assert corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2, check_cycles=False) == ""  # cpu
+
+
+def test_a_reported_total_beyond_the_evaluators_clock_is_flagged():
+    ev = evidence([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], gap=1.0)  # 6 ms reported, 3 ms seen
+    assert "more than the 3.000 ms the evaluator saw" in corroborate(ev, None, 0.1, 0.2)
+
+
+@pytest.mark.parametrize("reported", [[-1.0, 1.0, 1.0], [float("nan"), 1.0, 1.0]])
+def test_nonsense_times_are_flagged(reported):
+    assert "negative or not a number" in corroborate(evidence(reported, [1.0] * 3, 1.0), None, 0.1, 0.2)
+
+
+def test_missing_marks_are_flagged():
+    ev = TimingEvidence([1.0, 1.0], [0], [MS])
+    assert "evaluator saw 1" in corroborate(ev, None, 0.1, 0.2)
+
+
+def test_a_few_delayed_stamps_do_not_flag_an_honest_kernel():
+    # 20 calls of 1 ms; 15 of them stamped late by 2 ms (a busy machine): the low quantile ignores them
+    window = [1.2] * 5 + [3.2] * 15
+    ev = evidence([1.0] * 20, window, gap=2.0)
+    assert corroborate(ev, Overhead(0.2, 2.0), 0.1, 0.2, check_cycles=False) == ""
+
+
+def test_profiled_kernels_longer_than_the_reported_call_are_flagged():
+    assert kernel_time_problem(0.5, [0.4, 0.5, 0.6], tolerance=0.2, slack_ms=0.1) == ""  # 0.5 <= 0.5 * 1.4 + 0.1
+    assert "ran 2.0000 ms" in kernel_time_problem(2.0, [0.4, 0.5, 0.6], tolerance=0.2, slack_ms=0.1)
+    assert kernel_time_problem(None, [1.0], 0.2, 0.1) == ""
+
+
+def test_kernels_are_classified_by_their_own_names():
+    names = ["void relu_kernel<float>(float const*, float*, long)", "ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel fill",
+             "void at::native::copy_kernel"]
+    own, foreign = classify_kernels(names, ["relu_kernel", "gemm"])
+    assert own == ["void relu_kernel<float>(float const*, float*, long)"]
+    assert foreign == ["ampere_sgemm_128x64_nn"]  # a kernel named 'gemm' does not claim cuBLAS's GEMM
+
+
+def test_correct_needs_every_trial_and_the_timing():
+    facts = RunFacts(trials_run=5, trials_passed=5, runtime_ms=2.0, timed=True)
+    r = assemble("t", "c", "cpu", facts, baseline_ms=3.0, correctness_trials=5, flag_threshold=10.0)
+    assert r.status is Status.CORRECT and r.correct and r.speedup == pytest.approx(1.5) and not r.flagged_speedup
+    partial = assemble("t", "c", "cpu", RunFacts(trials_run=3, trials_passed=3, runtime_ms=2.0, timed=True), 3.0, 5, 10.0)
+    assert partial.status is Status.RUNTIME_ERROR and not partial.correct
+    untimed = assemble("t", "c", "cpu", RunFacts(trials_run=5, trials_passed=5), 3.0, 5, 10.0)
+    assert untimed.status is Status.RUNTIME_ERROR and "timed calls did not complete" in untimed.error
+    fast = assemble("t", "c", "cpu", RunFacts(trials_run=5, trials_passed=5, runtime_ms=0.1, timed=True), 3.0, 5, 10.0)
+    assert fast.speedup == pytest.approx(30.0) and fast.flagged_speedup
+
+
+def test_a_failure_wins_over_anything_reported():
+    facts = RunFacts(failure=Failure(Status.INCORRECT, "trial 2 (scaled inputs): output 0 ..."), trials_run=5, trials_passed=5,
+                     runtime_ms=1.0, timed=True)
+    r = assemble("t", "c", "cpu", facts, 3.0, 5, 10.0)
+    assert r.status is Status.INCORRECT and not r.correct and r.error.startswith("trial 2")
