@@ -228,7 +228,8 @@ def _capture(step: Callable[[], torch.Tensor]) -> tuple[Any, Any]:
     """
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph):
+        # thread_local: another thread of the process (an evaluator's, a data loader's) may use CUDA meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = step()
     except Exception as exc:  # noqa: BLE001 - any capture failure means: decode eagerly, still correct
         log.warning("CUDA graph capture of the decode step failed (%s: %s); decoding eagerly",
