@@ -24,14 +24,15 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script from anywhere: `kevin` is the checkout's package
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save
 
 DEFAULT_TASKS = "level1/01_relu,level2/01_linear_relu_add_bias,level1/02_gelu,level2/05_matmul_scale_residual"
 
@@ -201,8 +202,8 @@ def render_markdown(f: dict[str, Any]) -> str:
          f"tokens; our host reads 'all ended' every {s['stop_check_every']} tokens; prompts: first- and second-turn "
          f"prompts of {', '.join(s['tasks'])}, cycled to the batch size; {s['repeats']} timed calls after one warm-up"),
         "", "## Side by side", "",
-        "| batch | prompt tokens | kevin tokens/s | transformers generate (static) tokens/s | kevin / transformers | "
-        "kevin reference loop tokens/s | kevin / reference loop |",
+        ("| batch | prompt tokens | kevin tokens/s | transformers generate (static) tokens/s | kevin / transformers | "
+         "kevin reference loop tokens/s | kevin / reference loop |"),
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for batch in dict.fromkeys(r["batch"] for r in f["rows"]):

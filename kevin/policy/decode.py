@@ -28,8 +28,9 @@ drawing at once). The responses themselves never change: a row that ended only r
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

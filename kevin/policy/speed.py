@@ -8,8 +8,9 @@ around each and the peak GPU memory of the timed calls). Nothing here builds mod
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 

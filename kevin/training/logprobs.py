@@ -17,8 +17,9 @@ summation order; tests/training/test_logprobs.py). A model whose logits are not 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -113,7 +114,7 @@ def chunked_token_logprobs(hidden: torch.Tensor, tokens: torch.Tensor, mask: tor
     return logp, entropy
 
 
-_SPLIT_OK: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_SPLIT_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def split_decoder_head(model: Any) -> tuple[Any, Any] | None:
