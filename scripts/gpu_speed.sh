@@ -4,7 +4,8 @@
 #   SKIP_STEP=1 bash scripts/gpu_speed.sh     # only the generation benchmark
 #   GPU_TESTS=1 bash scripts/gpu_speed.sh     # first the gpu-marked generation/update tests
 # 1. benchmarks/bench_generate.py, 0.5B preset on cuda: kevin's HFPolicy vs transformers' generate with a
-#    static cache (and the old reference loop), batches $BATCH -> docs/bench_generate_h200.md
+#    static cache (and the old reference loop, and ours with torch.compile unless GEN_ARGS is set without
+#    --compile), batches $BATCH -> docs/bench_generate_h200.md
 # 2. benchmarks/bench_train_step.py, 0.5B preset, cuda backend: one whole step with generation, evaluation
 #    and update times and peak GPU memory per phase -> docs/bench_train_step_h200.md
 set -euo pipefail
@@ -21,8 +22,8 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
   timeout "${T0:-150}" python3 -m pytest -q -m gpu tests/policy/test_hf_gpu.py -p no:cacheprovider -rA 2>&1 \
     | tee "$OUT_DIR/gpu_speed_tests.log" | tail -25 || status=1
 fi
-timeout "${T1:-270}" python3 benchmarks/bench_generate.py --device cuda --preset 0.5b --batch "${BATCH:-4,32}" \
-  ${GEN_ARGS:-} --out "$DOCS/bench_generate_h200.md" || status=1
+timeout "${T1:-300}" python3 benchmarks/bench_generate.py --device cuda --preset 0.5b --batch "${BATCH:-4,32}" \
+  ${GEN_ARGS---compile} --out "$DOCS/bench_generate_h200.md" || status=1
 if [ "${SKIP_STEP:-0}" != 1 ]; then
   timeout "${T2:-240}" python3 benchmarks/bench_train_step.py --device cuda --backend cuda --cache "$KEVIN_CACHE_DIR" \
     ${STEP_ARGS:-} --out "$DOCS/bench_train_step_h200.md" 2>&1 | tail -45 || status=1
