@@ -10,8 +10,8 @@ and gather over ``chunk_tokens`` real completion tokens at a time, each chunk un
 checkpointing: the backward pass recomputes one chunk's logits at a time, and only the hidden states
 (B x T x hidden) are kept. Values and gradients are those of the one-pass computation (up to float
 summation order; tests/training/test_logprobs.py). A model whose logits are not ``head(decoder(x))``
-(a logit soft-cap or scale, checked once per model on two tokens), or that exposes no decoder and head
-(a DeepSpeed engine), takes the one-pass path.
+(a logit soft-cap or scale: known config fields, and a check once per model on two tokens), or that
+exposes no decoder and head (a DeepSpeed engine), takes the one-pass path.
 """
 
 from __future__ import annotations
@@ -116,6 +116,10 @@ def chunked_token_logprobs(hidden: torch.Tensor, tokens: torch.Tensor, mask: tor
 
 _SPLIT_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_softcapping", "logit_scale", "logits_scaling")
+"""Config fields of transformers models that change the logits after the output layer (Gemma 2/3's soft-cap,
+Cohere's and Granite's scales): a model that sets one takes the one-pass path."""
+
 
 def split_decoder_head(model: Any) -> tuple[Any, Any] | None:
     """(decoder, output layer) of a transformers causal LM (or a peft model around one) when its logits are
@@ -134,6 +138,9 @@ def split_decoder_head(model: Any) -> tuple[Any, Any] | None:
         return None
     if not isinstance(decoder, torch.nn.Module) or not isinstance(head, torch.nn.Module):
         return None
+    config = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in LOGIT_TRANSFORMS):
+        return None  # a soft-cap barely shows on the check's small logits: trust the config for these
     try:
         ok = _SPLIT_OK[model]
     except (KeyError, TypeError):
@@ -159,7 +166,7 @@ def _same_logits(model: Any, decoder: Any, head: Any) -> bool:
         return False
     finally:
         model.train(was_training)
-    return whole.shape == split.shape and torch.allclose(whole, split, rtol=1e-4, atol=1e-4)
+    return whole.shape == split.shape and torch.allclose(whole, split, rtol=1e-3, atol=1e-3)
 
 
 @dataclass

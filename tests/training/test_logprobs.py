@@ -95,3 +95,10 @@ def test_a_model_whose_logits_are_not_head_of_decoder_takes_the_one_pass_path(to
     whole = sequence_logprobs(model, PROMPTS, COMPLETIONS, chunk_tokens=0)
     assert torch.equal(got.logprobs, whole.logprobs)
     assert not torch.allclose(got.logprobs, sequence_logprobs(base, PROMPTS, COMPLETIONS).logprobs, atol=1e-3)
+
+
+def test_a_logit_soft_cap_in_the_config_takes_the_one_pass_path(tok):
+    model = tiny_model(tok, seed=6)
+    assert split_decoder_head(model) is not None
+    model.config.final_logit_softcapping = 30.0  # Gemma 2's field: tanh(z / 30) * 30 after the output layer
+    assert split_decoder_head(model) is None
