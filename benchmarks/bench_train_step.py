@@ -21,7 +21,8 @@ samples. ``--oracle-share 0`` is the pure model run. This script only parses arg
 writes the report.
 
 Figures: seconds per phase (generation, evaluation, update, total), generated tokens/s, update tokens/s,
-peak GPU memory, rewards per turn, verdict counts and each optimiser step's metrics; printed, and with
+peak GPU memory allocated per phase (CUDA; torch's peak counter reset at each phase) and resident-memory
+growth per phase, rewards per turn, verdict counts and each optimiser step's metrics; printed, and with
 ``--out X.md`` written to X.md and X.json.
 """
 
@@ -72,7 +73,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-new-tokens", type=int, default=0, help="sampling limit (default: 512 for 0.5b, 32 for tiny)")
     ap.add_argument("--max-prompt-tokens", type=int, default=8192, help="prompt budget of a turn (default 8192)")
     ap.add_argument("--temperature", type=float, default=0.9, help="sampling = training temperature (default 0.9)")
-    ap.add_argument("--gen-batch", type=int, default=16, help="prompts per generation batch (default 16)")
+    ap.add_argument("--gen-batch", type=int, default=0,
+                    help="most prompts per generation batch (default 0: every prompt of a turn in one batch)")
+    ap.add_argument("--stop-check-every", type=int, default=16,
+                    help="tokens between the sampler's host reads of 'every response ended' (default 16)")
+    ap.add_argument("--reference-decoding", action="store_true",
+                    help="sample with the reference loop (growing cache, a sync per token) instead of the static path")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the decode step (sampling.compile)")
     ap.add_argument("--lr", type=float, default=2e-6)
     ap.add_argument("--grad-steps", type=int, default=2, help="optimiser steps on the batch (default 2)")
     ap.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward (default 4)")
@@ -106,7 +113,9 @@ def _check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         ap.error("--backend cuda needs a CUDA GPU to run the kernels; use --backend cpu")
     if not 0.0 <= args.oracle_share <= 1.0:
         ap.error(f"--oracle-share must be in [0, 1], got {args.oracle_share}")
-    for name in ("trajectories", "turns", "vocab_size", "gen_batch", "grad_steps", "micro_batch", "lora_r"):
+    if args.gen_batch < 0:
+        ap.error(f"--gen-batch must be >= 0 (0 = one batch per turn), got {args.gen_batch}")
+    for name in ("trajectories", "turns", "vocab_size", "stop_check_every", "grad_steps", "micro_batch", "lora_r"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     if args.layers < 0 or args.max_new_tokens < 0:
@@ -167,6 +176,45 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(torch.device(device))
 
 
+def rss_gb() -> float:
+    """This process's resident memory now, in GiB (psutil where installed, else /proc; 0 where neither is)."""
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**30
+    except ImportError:
+        pass
+    try:
+        import os
+
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+@dataclass
+class PhaseMemory:
+    """One phase's memory over its calls: peak GPU memory allocated (CUDA) and resident-memory growth."""
+
+    memory: "PeakMemory"
+    peak_gb: float = 0.0
+    """Highest ``torch.cuda.max_memory_allocated`` of any call (the counter is reset at each call's start)."""
+    rss_growth_gb: float = 0.0
+    """Sum over calls of (RSS after - RSS before): what the phase added to the process (CPU runs)."""
+
+    def __enter__(self) -> "PhaseMemory":
+        _sync(self.memory.device)
+        self.memory.reset()
+        self._rss = rss_gb()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _sync(self.memory.device)
+        self.peak_gb = max(self.peak_gb, self.memory.read())
+        self.rss_growth_gb += rss_gb() - self._rss
+
+
 @dataclass
 class PeakMemory:
     """Peak GPU memory allocated per phase, and over the whole step (0 on the CPU).
@@ -203,7 +251,16 @@ class TimedGenerate:
     policy: Any
     memory: PeakMemory
     seconds: list[float] = field(default_factory=list)
-    peak_gb: float = 0.0
+    phase: PhaseMemory | None = None
+    paths: list[Any] = field(default_factory=list)
+    """The policy's ``last_call`` of each call that sampled (path, batches, CUDA-graph batches)."""
+
+    def __post_init__(self) -> None:
+        self.phase = PhaseMemory(self.memory)
+
+    @property
+    def peak_gb(self) -> float:
+        return self.phase.peak_gb
 
     @property
     def config(self) -> Any:
@@ -221,29 +278,38 @@ class TimedGenerate:
         self.policy.set_max_response_tokens(tokens)
 
     def __call__(self, prompts: list[Any]) -> list[Any]:
-        _sync(self.memory.device)
-        self.memory.reset()
-        start = time.perf_counter()
-        outs = self.policy(prompts)
-        _sync(self.memory.device)
-        self.seconds.append(time.perf_counter() - start)
-        self.peak_gb = max(self.peak_gb, self.memory.read())
+        with self.phase:
+            start = time.perf_counter()
+            outs = self.policy(prompts)
+            _sync(self.memory.device)
+            self.seconds.append(time.perf_counter() - start)
+        if prompts:
+            self.paths.append(self.policy.last_call)
         return outs
+
+    def path_summary(self) -> str:
+        """How the sampling calls decoded, e.g. ``static, CUDA graph in 2 of 2 batches``."""
+        if not self.paths:
+            return "no model samples"
+        kinds = ", ".join(sorted({p.path for p in self.paths}))
+        graphs, batches = sum(p.graph_batches for p in self.paths), sum(p.batches for p in self.paths)
+        return f"{kinds} decoding, CUDA graph in {graphs} of {batches} batches"
 
 
 @dataclass
 class GenerationFigures:
-    """Per generation call of the step: prompts, sampled, tokens, seconds; and the generation's peak memory."""
+    """Per generation call of the step: prompts, sampled, tokens, seconds; and the generation's memory."""
 
     calls: list[dict[str, float]]
     peak_gb: float
+    rss_growth_gb: float = 0.0
 
 
 def generation_calls(replay: Any, sampler: TimedGenerate) -> GenerationFigures:
     """The replay's per-call counts with the sampler's seconds (a call that sampled nothing took none)."""
     timings = iter(sampler.seconds)
     calls = [dict(c, seconds=next(timings) if c["sampled"] else 0.0) for c in replay.calls]
-    return GenerationFigures(calls, sampler.peak_gb)
+    return GenerationFigures(calls, sampler.peak_gb, sampler.phase.rss_growth_gb)
 
 
 @dataclass
@@ -251,13 +317,20 @@ class TimedEvaluate:
     """The real evaluator's ``evaluate_many`` as the rollout's ``Evaluate``, timed per call."""
 
     evaluator: Any
+    memory: PeakMemory
     calls: list[dict[str, Any]] = field(default_factory=list)
     verdicts: Counter = field(default_factory=Counter)
+    phase: PhaseMemory | None = None
+    """This process's memory during evaluation (candidates run in processes of their own, not counted)."""
+
+    def __post_init__(self) -> None:
+        self.phase = PhaseMemory(self.memory)
 
     def __call__(self, items: list[tuple[Any, Any]]) -> list[Any]:
-        start = time.perf_counter()
-        results = self.evaluator.evaluate_many(items)
-        seconds = time.perf_counter() - start
+        with self.phase:
+            start = time.perf_counter()
+            results = self.evaluator.evaluate_many(items)
+            seconds = time.perf_counter() - start
         turns = sorted({cand.turn for _, cand in items})
         self.calls.append({"turns": turns, "candidates": len(items), "seconds": seconds})
         self.verdicts.update(r.status.value for r in results)
@@ -271,21 +344,26 @@ class TimedTrainer:
     trainer: Any
     memory: PeakMemory
     seconds: float = 0.0
-    peak_gb: float = 0.0
     metrics: list[dict[str, float]] = field(default_factory=list)
+    phase: PhaseMemory | None = None
+
+    def __post_init__(self) -> None:
+        self.phase = PhaseMemory(self.memory)
+
+    @property
+    def peak_gb(self) -> float:
+        return self.phase.peak_gb
 
     @property
     def config(self) -> Any:  # train_step reads the training temperature from it
         return self.trainer.config
 
     def update(self, samples: Sequence[Any]) -> list[dict[str, float]]:
-        _sync(self.memory.device)
-        self.memory.reset()
-        start = time.perf_counter()
-        self.metrics = self.trainer.update(samples)
-        _sync(self.memory.device)
-        self.seconds = time.perf_counter() - start
-        self.peak_gb = self.memory.read()
+        with self.phase:
+            start = time.perf_counter()
+            self.metrics = self.trainer.update(samples)
+            _sync(self.memory.device)
+            self.seconds = time.perf_counter() - start
         return self.metrics
 
 
@@ -356,7 +434,8 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     trainable = sum(p.numel() for p in trainer.params)
     memory = PeakMemory(args.device)
     sampler = TimedGenerate(HFPolicy(trainer.model, tokenizer, SamplingConfig(
-        temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, seed=args.seed)),
+        temperature=args.temperature, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch, seed=args.seed,
+        stop_check_every=args.stop_check_every, static_cache=not args.reference_decoding, compile=args.compile)),
         memory)
     generate = ReplayPolicy(sampler, tasks, args.trajectories, oracle_per_task, replayed,
                             {t.task_id: t.render(profile) for t in tasks})
@@ -364,7 +443,7 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     cache = Path(args.cache) if args.cache else scratch / "cache"
     evaluator = build_evaluator(args, cache)
     setup["eval_prewarm"] = 0.0 if args.no_prewarm else prewarm(evaluator, tasks)
-    evaluate = TimedEvaluate(evaluator)
+    evaluate = TimedEvaluate(evaluator, memory)
     timed_trainer = TimedTrainer(trainer, memory)
 
     rollout_cfg = RolloutConfig(trajectories=args.trajectories, turns=args.turns, backend=args.backend,
@@ -386,6 +465,7 @@ def run_benchmark(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         max_completion=max_completion, oracle_per_task=oracle_per_task, profile=profile, setup=setup,
         generate=generation_calls(generate, sampler), evaluate=evaluate, trainer=timed_trainer, result=result,
         total=total, peak_gb=memory.overall_gb, device_label=device_name(args.device), hardware=evaluator.hardware,
+        sampler_path=sampler.path_summary(),
     )
 
 
@@ -452,7 +532,7 @@ def task_table(result: Any, oracle_per_task: int) -> list[dict[str, Any]]:
 def summarise(*, args: argparse.Namespace, tokenizer: Any, config: Any, n_params: int, trainable: int,
               max_completion: int, oracle_per_task: int, profile: str, setup: dict[str, float],
               generate: GenerationFigures, evaluate: TimedEvaluate, trainer: TimedTrainer, result: Any,
-              total: float, peak_gb: float, device_label: str, hardware: str) -> dict[str, Any]:
+              total: float, peak_gb: float, device_label: str, hardware: str, sampler_path: str = "") -> dict[str, Any]:
     """Every figure of the run as one JSON-able dict (the markdown report is rendered from it)."""
     from kevin.policy.builders import learned_tokens
 
@@ -506,7 +586,11 @@ def summarise(*, args: argparse.Namespace, tokenizer: Any, config: Any, n_params
             "update_trained_tokens": trained_tokens * grad_steps,
             "update_trained_tokens_per_s": trained_tokens * grad_steps / trainer.seconds if trainer.seconds else 0.0,
         },
-        "memory_gb": {"peak_step": peak_gb, "peak_generation": generate.peak_gb, "peak_update": trainer.peak_gb},
+        "memory_gb": {"peak_step": peak_gb, "peak_generation": generate.peak_gb,
+                      "peak_evaluation": evaluate.phase.peak_gb, "peak_update": trainer.peak_gb,
+                      "rss_growth_generation": generate.rss_growth_gb, "rss_growth_evaluation": evaluate.phase.rss_growth_gb,
+                      "rss_growth_update": trainer.phase.rss_growth_gb, "rss_end": rss_gb()},
+        "generation_path": sampler_path,
         "rewards": {
             "per_turn": reward_table(result, oracle_per_task, args.turns),
             "per_task": task_table(result, oracle_per_task),
@@ -574,9 +658,13 @@ def render_markdown(f: dict[str, Any]) -> str:
         (f"| all {tp['samples']} samples: prompt + completion tokens x grad steps (tokens/s) | {tp['update_tokens']} "
          f"({tp['update_tokens_per_s']:.1f}/s) |"),
         f"| completion tokens of all samples (one pass) | {tp['update_completion_tokens']} |",
-        (f"| peak GPU memory allocated: step / generation / update | {mem['peak_step']:.2f} / "
-         f"{mem['peak_generation']:.2f} / {mem['peak_update']:.2f} GiB |" if f["device"]["train"].startswith("cuda")
-         else "| peak GPU memory | n/a (trained on the CPU) |"),
+        (f"| **peak GPU memory allocated: generation / evaluation / update** (step) | **{mem['peak_generation']:.2f} / "
+         f"{mem['peak_evaluation']:.2f} / {mem['peak_update']:.2f} GiB** ({mem['peak_step']:.2f} GiB) |"
+         if f["device"]["train"].startswith("cuda") else "| peak GPU memory | n/a (trained on the CPU) |"),
+        (f"| resident memory growth: generation / evaluation / update (RSS at the end) | "
+         f"{mem['rss_growth_generation']:+.2f} / {mem['rss_growth_evaluation']:+.2f} / {mem['rss_growth_update']:+.2f} GiB "
+         f"({mem['rss_end']:.2f} GiB) |"),
+        f"| generation path | {f['generation_path']} |",
         f"| non-zero advantages | {f['rewards']['nonzero_advantages']} of {tp['samples']} |",
         "",
         "## Rewards per turn",

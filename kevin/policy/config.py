@@ -58,8 +58,10 @@ class SamplingConfig(Settings):
     config's ``max_response_tokens`` (the paper: 16384, raised to 22528 at step 30), which also sets the
     loss's Dr-GRPO constant; the small standalone default suits the embedded CPU model."""
 
-    batch_size: int = 16
-    """Prompts generated together in one forward batch (bounds memory: the KV cache grows with it)."""
+    batch_size: int = 0
+    """Most prompts generated together in one forward batch; 0 = every prompt of a call (a rollout turn's
+    tasks x trajectories) in one batch. Set a limit when the KV cache of the whole turn (batch x (longest
+    prompt + max_new_tokens) positions) does not fit."""
 
     seed: int | None = 0
     """Seed of the policy's private sampling generator: the same seed and the same calls give the same
@@ -72,19 +74,42 @@ class SamplingConfig(Settings):
     stop_token_ids: list[int] = field(default_factory=list)
     """Extra token ids that end a response, besides the tokenizer's and the model's EOS ids."""
 
+    static_cache: bool = True
+    """Decode with a preallocated KV cache (transformers' ``StaticCache``) and a fixed-shape step whose
+    sampling, log-probs and end-of-response tracking stay on the device. False, or a model it cannot serve
+    (attention other than sdpa/eager, sliding-window layers), uses the reference loop with a growing cache
+    that reads "all ended" back after every token. Both draw the same tokens (docs/generation.md)."""
+
+    stop_check_every: int = 16
+    """Static cache: tokens sampled between two host reads of "every response has ended". Larger = fewer
+    device-to-host syncs, at most this many wasted steps after the last response ends."""
+
+    cuda_graph: bool = True
+    """Static cache on CUDA: capture the decode step once per batch as a CUDA graph and replay it (one
+    launch per token instead of hundreds). Ignored on the CPU and in ZeRO-3 lockstep generation."""
+
+    compile: bool = False
+    """Static cache on CUDA: run the decode step through ``torch.compile`` (fused kernels) before the CUDA
+    graph captures it. The first call pays the compilation (tens of seconds for a 0.5B model), so it pays
+    over a long run, not a short one."""
+
     def __post_init__(self) -> None:
         if not _is_number(self.temperature) or not self.temperature >= 0:
             raise ValueError(f"sampling.temperature must be >= 0 (0 = greedy; the paper uses 0.9), got {self.temperature!r}")
         if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p must be in (0, 1] (1 = no nucleus cut), got {self.top_p!r}")
-        for name in ("max_new_tokens", "batch_size"):
+        for name in ("max_new_tokens", "stop_check_every"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"sampling.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 0:
+            raise ValueError(f"sampling.batch_size must be a positive integer, or 0 for every prompt of a call in "
+                             f"one batch, got {self.batch_size!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"sampling.seed must be a non-negative integer or None (global RNG), got {self.seed!r}")
-        if not isinstance(self.add_special_tokens, bool):
-            raise ValueError(f"sampling.add_special_tokens must be true or false, got {self.add_special_tokens!r}")
+        for name in ("add_special_tokens", "static_cache", "cuda_graph", "compile"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"sampling.{name} must be true or false, got {getattr(self, name)!r}")
         self.stop_token_ids = list(self.stop_token_ids)
         if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.stop_token_ids):
             raise ValueError(f"sampling.stop_token_ids must be non-negative token ids, got {self.stop_token_ids!r}")

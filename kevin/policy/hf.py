@@ -12,8 +12,13 @@ Why our own sampling loop rather than ``model.generate``:
   never moves the global RNG that the trainer checkpoints;
 - left padding and position ids are explicit, so a prompt's tokens do not depend on its batch
   (tests/policy check this against a single-prompt forward pass).
-What it lacks: static caches, compilation, speculative decoding. For throughput, serve the model with
-vLLM and use the ``openai`` backend.
+
+Two decoding paths draw the same tokens (docs/generation.md): the static path (``kevin.policy.decode``,
+default: a preallocated KV cache, a fixed-shape step captured as a CUDA graph on the GPU, sampling and
+end tracking on the device, a host sync every ``stop_check_every`` tokens) and the reference path
+(``static_cache: false``, or a model the static path cannot serve: a growing cache, a sync per token).
+Neither does paged attention or speculative decoding: for that, serve the model with vLLM and use the
+``openai`` backend.
 
 Log-prob convention (``GenerationOut.logprobs``): logprobs[t] = log_softmax(z_t / temperature)[token_t]
 in float32, z_t the raw logits. top_p decides which tokens may be sampled, but the recorded log-prob is
@@ -29,15 +34,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import logging
 from typing import Any, Sequence
 
 import torch
 
 from kevin.distributed import max_over_processes, world
 from kevin.policy.config import SamplingConfig
+from kevin.policy.decode import decode_static, sample_tokens, static_unsupported
 from kevin.records.generation import GenerationOut, Prompt
 
-__all__ = ["HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
+__all__ = ["DecodeStats", "HFPolicy", "SamplingConfig", "left_pad", "top_p_filter"]
 
 
 # ------------------------------------------------------------------------------ pure helpers
@@ -131,6 +138,10 @@ class HFPolicy:
         # Created at the first call, on the model's device then (the trainer may move the model after this).
         self._generator: torch.Generator | None = None
         self._pending_state: torch.Tensor | None = None
+        self._static_reason: str | None | bool = False  # False: not asked yet; None: the static path serves
+        self._compiled: Any = None
+        self.last_call = DecodeStats()
+        """How the last call decoded: path, CUDA graph, forward passes (benchmarks and tests read it)."""
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, config: SamplingConfig | None = None, *, device: str | None = None,
@@ -218,9 +229,10 @@ class HFPolicy:
             raise ValueError(f"prompts {empty} are empty after tokenization; every prompt needs at least one token")
         # Batch prompts of similar length together (less padding); results go back to input order.
         order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
-        bs = self.config.batch_size
+        bs = self.config.batch_size or max(1, len(order))  # 0: every prompt in one batch
         batches = [order[start:start + bs] for start in range(0, len(order), bs)]
         synced = self._lockstep()
+        self.last_call = DecodeStats(path=self._path())
         count = max_over_processes(len(batches)) if synced else len(batches)
         outs: list[GenerationOut | None] = [None] * len(prompt_ids)
         was_training = self.model.training
@@ -247,14 +259,75 @@ class HFPolicy:
             scaled = logits / cfg.temperature  # [B, V]
             logp = torch.log_softmax(scaled, dim=-1)
             probs = torch.softmax(top_p_filter(scaled, cfg.top_p), dim=-1)
-            tokens = torch.multinomial(probs, 1, generator=self._sampler()).squeeze(1)  # [B]
+            tokens = sample_tokens(probs, self._sampler())  # [B]: torch.multinomial's draw, without its sync
         return tokens, logp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+    def _path(self) -> str:
+        """``static`` or ``reference`` (see the module docstring); why not static is logged once."""
+        if not self.config.static_cache:
+            return "reference"
+        if self._static_reason is False:
+            self._static_reason = static_unsupported(self.model)
+            if self._static_reason is not None:
+                logging.getLogger(__name__).info("HFPolicy decodes with the reference loop: %s",
+                                                 self._static_reason)
+        return "static" if self._static_reason is None else "reference"
+
+    def _step_forward(self) -> Any:
+        """The decode step's model call: compiled with ``sampling.compile`` on CUDA, else the plain one."""
+        if not (self.config.compile and self.device.type == "cuda"):
+            return None
+        if self._compiled is None or self._compiled[0] is not self.model:
+            # dynamic: the batch and the cache length change from call to call; one compilation serves them.
+            self._compiled = (self.model, torch.compile(self.model, dynamic=True))
+        return lambda model, **kw: _forward(self._compiled[1], **kw)
 
     @torch.no_grad()
     def _sample_batch(self, prompts: list[list[int]], *, synced: bool = False, idle: bool = False
                       ) -> list[GenerationOut]:
         """One batch of responses. ``synced``: go on feeding padding until every process's batch is done;
         ``idle``: a batch with nothing to sample (it only makes the passes)."""
+        if self.last_call.path == "static":
+            return self._sample_batch_static(prompts, synced=synced, idle=idle)
+        return self._sample_batch_reference(prompts, synced=synced, idle=idle)
+
+    def _autocast(self) -> Any:
+        return (torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
+                else contextlib.nullcontext())
+
+    def _sample_batch_static(self, prompts: list[list[int]], *, synced: bool, idle: bool) -> list[GenerationOut]:
+        device, cfg = self.device, self.config
+        ids, mask = left_pad(prompts, self.pad_token_id, device)  # [B, P]
+        eos = torch.tensor(sorted(self.eos_token_ids), device=device)
+        use_graph = cfg.cuda_graph and device.type == "cuda" and not synced
+        with self._autocast():
+            res = decode_static(self.model, ids, mask, max_new=cfg.max_new_tokens, pick=self._pick,
+                                pad_id=self.pad_token_id, eos=eos, check_every=cfg.stop_check_every,
+                                forward=_forward_model, cache_kw=_cache_kwarg(self.model), synced=synced, idle=idle,
+                                use_graph=use_graph, step_forward=self._step_forward(),
+                                agree_done=lambda mine: max_over_processes(int(not mine)) == 0)
+        self.last_call.add(res.steps + 1, res.graph)
+        return self._outputs(prompts, res.tokens, res.logprobs, res.lengths, res.finished)
+
+    def _outputs(self, prompts: list[list[int]], tokens: torch.Tensor, logps: torch.Tensor, lengths: torch.Tensor,
+                 finished: torch.Tensor) -> list[GenerationOut]:
+        # One transfer of each tensor, then plain lists (a per-row .tolist() would sync per row).
+        tokens_l, logps_l = tokens.tolist(), logps.tolist()
+        lengths_l, finished_l = lengths.tolist(), finished.tolist()
+        results = []
+        for i, prompt in enumerate(prompts):
+            k = lengths_l[i]
+            token_ids = tokens_l[i][:k]
+            results.append(GenerationOut(
+                text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                token_ids=token_ids,
+                logprobs=logps_l[i][:k],
+                prompt_token_ids=list(prompt),
+                truncated=not finished_l[i],
+            ))
+        return results
+
+    def _sample_batch_reference(self, prompts: list[list[int]], *, synced: bool, idle: bool) -> list[GenerationOut]:
         device, cfg = self.device, self.config
         n, max_new = len(prompts), cfg.max_new_tokens
         ids, mask = left_pad(prompts, self.pad_token_id, device)  # [B, P]
@@ -266,10 +339,9 @@ class HFPolicy:
         logps = torch.zeros((n, max_new), dtype=torch.float32, device=device)  # [B, N]
         lengths = torch.full((n,), max_new, dtype=torch.long, device=device)  # [B]: EOS included
         finished = torch.full((n,), idle, dtype=torch.bool, device=device)  # [B]
-        autocast = (torch.autocast(device.type, dtype=self.autocast_dtype) if self.autocast_dtype is not None
-                    else contextlib.nullcontext())
         cache_kw = _cache_kwarg(self.model)
-        with autocast:
+        passes = 1
+        with self._autocast():
             out = _forward(self.model, input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
             all_finished = idle  # read back once per token (a host sync on the GPU)
             for t in range(max_new):
@@ -290,19 +362,33 @@ class HFPolicy:
                 out = _forward(self.model, input_ids=tok.unsqueeze(1), attention_mask=mask, position_ids=next_pos,
                                use_cache=True, **{cache_kw: _cache_of(out)})
                 next_pos = next_pos + 1
-        results = []
-        for i in range(n):
-            k = int(lengths[i])
-            token_ids = tokens[i, :k].tolist()
-            results.append(GenerationOut(
-                text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
-                token_ids=token_ids,
-                logprobs=logps[i, :k].tolist(),
-                prompt_token_ids=list(prompts[i]),
-                truncated=not bool(finished[i]),
-            ))
-        return results
+                passes += 1
+        self.last_call.add(passes, False)
+        return self._outputs(prompts, tokens, logps, lengths, finished)
 
 
 def _param_dtype(model: Any) -> torch.dtype:
     return next(model.parameters()).dtype
+
+
+def _forward_model(model: Any, **kwargs: Any) -> Any:
+    return _forward(model, **kwargs)
+
+
+@dataclasses.dataclass
+class DecodeStats:
+    """How one ``HFPolicy`` call decoded."""
+
+    path: str = ""
+    """``static`` or ``reference``."""
+    batches: int = 0
+    """Batches sampled (idle lockstep batches included)."""
+    forward_passes: int = 0
+    """Forward passes over all batches (a chunked prefill counts once)."""
+    graph_batches: int = 0
+    """Batches whose decode steps were CUDA-graph replays."""
+
+    def add(self, passes: int, graph: bool) -> None:
+        self.batches += 1
+        self.forward_passes += passes
+        self.graph_batches += int(graph)

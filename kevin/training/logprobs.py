@@ -2,16 +2,33 @@
 
 Shared by the update (current, old and reference log-probs) and by any check of generation/training
 mismatch. The convention matches ``HFPolicy``'s: log softmax(logits / temperature) at the sampled token.
+
+Memory: the logits of a whole micro-batch, [B, T, V] with a 150K vocabulary and 16K-token completions,
+are tens of GB, and autograd would keep a float32 log-softmax of that size until the backward pass. So
+``sequence_logprobs`` runs the model's decoder for the hidden states, then the output layer, log-softmax
+and gather over ``chunk_tokens`` real completion tokens at a time, each chunk under activation
+checkpointing: the backward pass recomputes one chunk's logits at a time, and only the hidden states
+(B x T x hidden) are kept. Values and gradients are those of the one-pass computation (up to float
+summation order; tests/training/test_logprobs.py). A model whose logits are not ``head(decoder(x))``
+(a logit soft-cap or scale: known config fields, and a check once per model on two tokens), or that
+exposes no decoder and head (a DeepSpeed engine), takes the one-pass path.
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
-__all__ = ["SequenceLogprobs", "pad_prompt_completion", "sequence_logprobs", "token_logprobs"]
+__all__ = ["LOGIT_CHUNK_TOKENS", "SequenceLogprobs", "chunked_token_logprobs", "pad_prompt_completion",
+           "sequence_logprobs", "split_decoder_head", "token_logprobs"]
+
+LOGIT_CHUNK_TOKENS = 1024
+"""Completion tokens whose logits exist at once (1024 x a 150K vocabulary x 4 bytes = 0.6 GB)."""
 
 
 def pad_prompt_completion(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int,
@@ -58,6 +75,100 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     return torch.stack(logps), (torch.stack(entropies) if with_entropy else None)
 
 
+def _head_logprobs(hidden: torch.Tensor, tokens: torch.Tensor, head: Any, temperature: float,
+                   with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs [N] (and entropies [N], no gradient) of tokens [N] from hidden states [N, H] through ``head``."""
+    lp = torch.log_softmax(head(hidden).float() / temperature, dim=-1)  # [N, V]
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(lp.exp() * lp).sum(-1)
+    return lp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), entropy
+
+
+def chunked_token_logprobs(hidden: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor, head: Any,
+                           temperature: float = 1.0, *, chunk_tokens: int = LOGIT_CHUNK_TOKENS,
+                           with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``token_logprobs`` from hidden states: hidden [B, T, H] (the states that predict tokens [B, T]),
+    mask [B, T] (True = a real token) -> log-probs [B, T] float32, 0 where masked; entropies [B, T] too.
+
+    Only the masked-in tokens go through ``head``, ``chunk_tokens`` at a time; with gradients on, each
+    chunk is checkpointed, so at most one chunk's [chunk, V] logits exist, in the forward and the backward.
+    """
+    b, t = tokens.shape
+    index = mask.reshape(-1).nonzero().squeeze(1)  # [N] flat positions of the real tokens
+    states = hidden.reshape(b * t, -1).index_select(0, index)  # [N, H]
+    targets = tokens.reshape(-1).index_select(0, index)  # [N]
+    grad = torch.is_grad_enabled() and states.requires_grad
+    logps, entropies = [], []
+    for start in range(0, index.numel(), chunk_tokens):
+        args = (states[start:start + chunk_tokens], targets[start:start + chunk_tokens], head, temperature, with_entropy)
+        lp, ent = checkpoint(_head_logprobs, *args, use_reentrant=False) if grad else _head_logprobs(*args)
+        logps.append(lp)
+        entropies.append(ent)
+    flat = torch.zeros(b * t, dtype=torch.float32, device=hidden.device)
+    logp = (flat.index_copy(0, index, torch.cat(logps)) if logps else flat).view(b, t)
+    entropy = None
+    if with_entropy:
+        entropy = (flat.index_copy(0, index, torch.cat(entropies)) if entropies else flat).view(b, t)
+    return logp, entropy
+
+
+_SPLIT_OK: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_softcapping", "logit_scale", "logits_scaling")
+"""Config fields of transformers models that change the logits after the output layer (Gemma 2/3's soft-cap,
+Cohere's and Granite's scales): a model that sets one takes the one-pass path."""
+
+
+def split_decoder_head(model: Any) -> tuple[Any, Any] | None:
+    """(decoder, output layer) of a transformers causal LM (or a peft model around one) when its logits are
+    ``head(decoder(...).last_hidden_state)``, else None. Checked once per model: two tokens through both."""
+    from transformers import PreTrainedModel
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft: adapters are in place
+    if not isinstance(base, PreTrainedModel):  # e.g. a DeepSpeed engine: its own forward must run
+        return None
+    get_decoder, get_head = getattr(base, "get_decoder", None), getattr(base, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    try:
+        decoder, head = get_decoder(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    if not isinstance(decoder, torch.nn.Module) or not isinstance(head, torch.nn.Module):
+        return None
+    config = base.config.get_text_config() if hasattr(base.config, "get_text_config") else base.config
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in LOGIT_TRANSFORMS):
+        return None  # a soft-cap barely shows on the check's small logits: trust the config for these
+    try:
+        ok = _SPLIT_OK[model]
+    except (KeyError, TypeError):
+        ok = _same_logits(model, decoder, head)
+        try:
+            _SPLIT_OK[model] = ok
+        except TypeError:
+            pass
+    return (decoder, head) if ok else None
+
+
+def _same_logits(model: Any, decoder: Any, head: Any) -> bool:
+    """Whether ``model``'s logits equal ``head(decoder(.))``'s on two tokens (eval mode: no dropout)."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([[0, 1]], device=device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            whole = model(input_ids=ids, use_cache=False).logits.float()
+            split = head(decoder(input_ids=ids, use_cache=False).last_hidden_state).float()
+    except Exception:  # noqa: BLE001 - a model that cannot be split this way takes the one-pass path
+        return False
+    finally:
+        model.train(was_training)
+    return whole.shape == split.shape and torch.allclose(whole, split, rtol=1e-3, atol=1e-3)
+
+
 @dataclass
 class SequenceLogprobs:
     """Per-token results of ``sequence_logprobs`` for B completions padded to T tokens."""
@@ -71,11 +182,14 @@ class SequenceLogprobs:
 
 
 def sequence_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], *,
-                      temperature: float = 1.0, pad_token_id: int = 0, with_entropy: bool = False) -> SequenceLogprobs:
+                      temperature: float = 1.0, pad_token_id: int = 0, with_entropy: bool = False,
+                      chunk_tokens: int = LOGIT_CHUNK_TOKENS) -> SequenceLogprobs:
     """Token log-probs [B, T] of each completion given its prompt under ``model``, with the padding mask.
 
     log p(c_t | prompt, c_<t) = log softmax(z_t / temperature)[c_t], z the model's logits: the same quantity
     ``HFPolicy`` records while sampling. Run it under ``torch.no_grad()`` for old/reference log-probs.
+    ``chunk_tokens``: completion tokens per output-layer chunk (see the module docstring); 0 = the one-pass
+    path, which materialises the micro-batch's [B, T, V] logits.
     """
     device = next(model.parameters()).device
     ids, attn, positions, cmask = pad_prompt_completion(prompt_ids, completion_ids, pad_token_id, device)
@@ -84,6 +198,13 @@ def sequence_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], completio
         zeros = torch.zeros(cmask.shape, dtype=torch.float32, device=device)
         return SequenceLogprobs(zeros, cmask, zeros.clone() if with_entropy else None)
     kwargs = dict(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False)
+    split = split_decoder_head(model) if chunk_tokens > 0 else None
+    if split is not None:
+        decoder, head = split
+        hidden = decoder(**kwargs).last_hidden_state[:, -width_c - 1:-1]  # [B, T, H]: the states before each token
+        logp, entropy = chunked_token_logprobs(hidden, ids[:, -width_c:], cmask, head, temperature,
+                                               chunk_tokens=chunk_tokens, with_entropy=with_entropy)
+        return SequenceLogprobs(logp, cmask, entropy)
     try:
         logits = model(**kwargs, logits_to_keep=width_c + 1).logits[:, :-1]  # [B, T, V]
     except TypeError as exc:  # a model without logits_to_keep: take the last T+1 positions ourselves

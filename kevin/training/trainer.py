@@ -2,7 +2,8 @@
 
 One call of ``GRPOTrainer.update(samples)`` = ``grad_steps`` optimiser steps on one rollout batch:
   1. recompute each completion's token log-probs under the current policy (``sequence_logprobs``:
-     prompt + completion in one forward pass, logits / temperature);
+     prompt + completion in one forward pass, logits / temperature, the output layer run over chunks
+     of tokens so no micro-batch's whole [B, T, V] logits exist);
   2. loss = ``kevin.training.loss.policy_loss`` (clip-higher, Dr-GRPO aggregation, optional k3 KL);
      the first optimiser step is on-policy (old log-probs = the current ones, detached, so every ratio
      is exactly 1 and the gradient is the plain policy gradient); later steps are off-policy, with
@@ -43,7 +44,13 @@ from kevin.records.rollout import TrainingSample
 from kevin.training import checkpoint, zero
 from kevin.training.checkpoint import latest_checkpoint, list_checkpoints
 from kevin.training.config import TrainConfig
-from kevin.training.logprobs import SequenceLogprobs, pad_prompt_completion, sequence_logprobs, token_logprobs
+from kevin.training.logprobs import (
+    LOGIT_CHUNK_TOKENS,
+    SequenceLogprobs,
+    pad_prompt_completion,
+    sequence_logprobs,
+    token_logprobs,
+)
 from kevin.training.loss import policy_loss
 from kevin.training.prepare import (
     autocast_dtype,
@@ -142,12 +149,14 @@ class GRPOTrainer:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype) if self.autocast_dtype else nullcontext()
 
     def _logprobs(self, model: Any, samples: Sequence[TrainingSample], *, with_entropy: bool) -> SequenceLogprobs:
+        chunk = LOGIT_CHUNK_TOKENS  # the output layer a chunk of tokens at a time: no [B, T, V] logits
         if model is self.model and self.engine is not None:
             model = self.engine  # its forward gathers the partitioned parameters
+            chunk = 0  # one pass through the engine's forward (its hooks gather and release every layer)
         with self._autocast():
             return sequence_logprobs(model, [s.prompt_token_ids for s in samples],
                                      [s.completion_token_ids for s in samples], temperature=self.config.temperature,
-                                     pad_token_id=self.pad_token_id, with_entropy=with_entropy)
+                                     pad_token_id=self.pad_token_id, with_entropy=with_entropy, chunk_tokens=chunk)
 
     @torch.no_grad()
     def _reference_logprobs(self, samples: Sequence[TrainingSample]) -> torch.Tensor:

@@ -142,8 +142,9 @@ def test_left_pad():
 
 
 @pytest.mark.parametrize("kwargs", [dict(temperature=-0.1), dict(top_p=0.0), dict(top_p=1.5), dict(max_new_tokens=0),
-                                    dict(batch_size=0), dict(seed=-1), dict(stop_token_ids=[-3]),
-                                    dict(add_special_tokens="yes")])
+                                    dict(batch_size=-1), dict(seed=-1), dict(stop_token_ids=[-3]),
+                                    dict(add_special_tokens="yes"), dict(stop_check_every=0),
+                                    dict(static_cache=1), dict(cuda_graph="yes"), dict(compile=None)])
 def test_sampling_config_validation(kwargs):
     with pytest.raises(ValueError):
         SamplingConfig(**kwargs)
@@ -193,3 +194,129 @@ def test_generates_with_a_lora_model_and_logprobs_match_the_trainer(tok):
         n = len(o.token_ids)
         assert torch.allclose(got.logprobs[i, :n], torch.tensor(o.logprobs), atol=1e-5)
         assert not torch.allclose(base.logprobs[i, :n], torch.tensor(o.logprobs), atol=1e-3)
+
+
+# ------------------------------------------------------------------------------ the static (fast) path
+
+
+def _run(model, tok, prompt_ids, **cfg):
+    policy = HFPolicy(model, tok, SamplingConfig(**cfg))
+    outs = policy.generate_ids(prompt_ids)
+    return policy, outs
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(tok, prompts):
+    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    assert len({len(i) for i in ids}) == len(ids)  # every length different: real left padding
+    return ids
+
+
+def _same_samples(a, b):
+    assert [o.token_ids for o in a] == [o.token_ids for o in b]
+    assert [o.truncated for o in a] == [o.truncated for o in b]
+    for x, y in zip(a, b):
+        assert x.logprobs == pytest.approx(y.logprobs, abs=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_static_path_samples_what_the_reference_path_samples(tok, model, prompt_ids, temperature):
+    cfg = dict(max_new_tokens=12, temperature=temperature, seed=11, batch_size=0)
+    fast, a = _run(model, tok, prompt_ids, **cfg)
+    ref, b = _run(model, tok, prompt_ids, static_cache=False, **cfg)
+    assert (fast.last_call.path, ref.last_call.path) == ("static", "reference")
+    assert fast.last_call.batches == 1  # batch_size 0: the call's four prompts in one batch
+    _same_samples(a, b)
+
+
+def test_static_path_log_probs_match_a_forward_pass_of_each_sample(tok, model, prompt_ids):
+    policy, outs = _run(model, tok, prompt_ids, max_new_tokens=10, temperature=0.8, stop_check_every=3)
+    assert policy.last_call.path == "static"
+    for out in outs:
+        single = sequence_logprobs(model, [out.prompt_token_ids], [out.token_ids], temperature=0.8)
+        assert torch.allclose(single.logprobs[0], torch.tensor(out.logprobs), atol=1e-5)
+
+
+def test_static_path_with_eager_attention(tok, prompt_ids):
+    model = tiny_model(tok, seed=3, attn="eager")  # float additive 4D mask instead of a boolean one
+    fast, a = _run(model, tok, prompt_ids, max_new_tokens=8, temperature=1.0, seed=2)
+    _, b = _run(model, tok, prompt_ids, max_new_tokens=8, temperature=1.0, seed=2, static_cache=False)
+    assert fast.last_call.path == "static"
+    _same_samples(a, b)
+
+
+def test_chunked_prefill_equals_one_pass(tok, model, prompt_ids, monkeypatch):
+    import kevin.policy.decode as decode
+
+    whole = _run(model, tok, prompt_ids, max_new_tokens=6, temperature=1.0, seed=4)[1]
+    # A budget of one query row per chunk: every prompt is prefilled token by token, and the shorter
+    # prompts' first chunks are padding only (their queries must not turn into NaN).
+    monkeypatch.setattr(decode, "MASK_ELEMENTS", 1)
+    chunked = _run(model, tok, prompt_ids, max_new_tokens=6, temperature=1.0, seed=4)[1]
+    _same_samples(whole, chunked)
+    assert all(math.isfinite(lp) for o in chunked for lp in o.logprobs)
+
+
+def _stop_config(**kw):
+    # Four of the 41 tokens end a response: responses end at different steps, some run to the limit.
+    return dict(temperature=1.0, seed=5, max_new_tokens=24, stop_token_ids=[10, 11, 12, 13], **kw)
+
+
+def test_early_stop_is_read_every_n_tokens(tok, model, prompt_ids):
+    _, ref = _run(model, tok, prompt_ids, static_cache=False, **_stop_config())
+    lengths = [len(o.token_ids) for o in ref]
+    assert not any(o.truncated for o in ref) and len(set(lengths)) > 1, lengths  # all ended, at different steps
+    longest = max(lengths)
+    for every in (1, 4, 7):
+        policy, outs = _run(model, tok, prompt_ids, stop_check_every=every, **_stop_config())
+        _same_samples(outs, ref)  # the steps after the last end change nothing
+        # The host notices at the first multiple of `every` at or after the longest response's end.
+        checked_at = min(-(-longest // every) * every, 24)
+        assert policy.last_call.forward_passes == checked_at  # the prefill + one pass per fed token
+    assert lengths and longest < 24
+
+
+def test_max_new_tokens_is_respected(tok, model, prompt_ids):
+    policy, outs = _run(model, tok, prompt_ids, max_new_tokens=5, temperature=1.0, seed=1, stop_check_every=16,
+                        stop_token_ids=[])
+    assert policy.last_call.forward_passes == 5  # the 5th token is sampled, never fed
+    assert all(len(o.token_ids) <= 5 for o in outs)
+    assert all(o.truncated == (o.token_ids[-1] != tok.eos_token_id) for o in outs)
+    assert any(o.truncated and len(o.token_ids) == 5 for o in outs)
+
+
+def test_batches_of_a_size_and_one_batch_agree_greedily(tok, model, prompt_ids):
+    one = _run(model, tok, prompt_ids, max_new_tokens=8, temperature=0.0, batch_size=0)
+    pairs = _run(model, tok, prompt_ids, max_new_tokens=8, temperature=0.0, batch_size=2)
+    assert (one[0].last_call.batches, pairs[0].last_call.batches) == (1, 2)
+    _same_samples(one[1], pairs[1])
+
+
+def test_sample_tokens_draws_what_multinomial_draws():
+    from kevin.policy.decode import sample_tokens
+
+    probs = torch.softmax(torch.randn(5, 300, generator=torch.Generator().manual_seed(0)) * 4, dim=-1)
+    probs[1, 100:] = 0.0  # a top-p style cut
+    a, b = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    for _ in range(20):
+        assert torch.equal(torch.multinomial(probs, 1, generator=a).squeeze(1), sample_tokens(probs, b))
+    assert torch.equal(a.get_state(), b.get_state())
+
+
+def test_models_the_static_path_cannot_serve_fall_back_to_the_reference_path(tok):
+    from types import SimpleNamespace
+
+    from transformers import Qwen2Config
+
+    from kevin.policy.decode import static_unsupported
+
+    flash = SimpleNamespace(config=SimpleNamespace(_attn_implementation="flash_attention_2"))
+    assert "flash_attention_2" in static_unsupported(flash)
+    sliding = Qwen2Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=8, max_window_layers=1)
+    sliding._attn_implementation = "sdpa"
+    assert "sliding" in static_unsupported(SimpleNamespace(config=sliding))
+    model = tiny_model(tok)
+    assert static_unsupported(model) is None
+    model.config._attn_implementation = "flex_attention"  # takes no 4D mask of ours
+    assert HFPolicy(model, tok, SamplingConfig(max_new_tokens=3))._path() == "reference"
+    assert HFPolicy(tiny_model(tok), tok, SamplingConfig(static_cache=False))._path() == "reference"
