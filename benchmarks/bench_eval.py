@@ -1,7 +1,11 @@
 """Evaluation throughput on the device machine: our batch evaluator against stock load_inline.
 
     python benchmarks/bench_eval.py --backend cuda --n 32 --stock 3 --out docs/bench_eval_latest.md
+    python benchmarks/bench_eval.py --backend cuda --n 32 --compare-dir .baseline/d0218c5   # an older checkout too
 
+With ``--compare-dir`` the same benchmark of another checkout of this repository (e.g. the evaluator before
+the judge moved out of the candidate's process) runs first, in its own process on the same candidates, and
+its candidates per minute are printed beside ours.
 Prints, for a fixed mix of candidates (bundled reference solutions alternating level 1 and 2, plus
 four that fail to compile): compile seconds per candidate (median, p90) from a cold cache, end-to-end
 candidates per minute, GPU busy share (union of run phases over wall time), and the same sources
@@ -94,18 +98,34 @@ def stock_compile_seconds(items: list, k: int) -> list[float]:
     return out
 
 
-def ours_serial_compile_seconds(backend: str, items: list, k: int) -> list[float]:
-    """Our compile path on the first ``k`` candidates, one at a time, each into an empty cache."""
+def ours_serial_compile_seconds(backend: str, items: list, k: int, headers_from: str) -> list[float]:
+    """Our compile path on the first ``k`` candidates, one at a time, each into an empty build cache (the
+    precompiled headers, made once per machine, are shared with the batch run)."""
     out = []
     for task, cand in items[:k]:
-        ev = Evaluator(EvalConfig(backend=backend, cache_dir=tempfile.mkdtemp(prefix="kevin-bench-serial-")))
-        outcome = ev._run("compile", task, cand.source, "cpu")
-        verdict = outcome.verdict or {}
-        if verdict.get("status") == "correct":
-            out.append(float(verdict.get("times", {}).get("compile", 0.0)))
+        cache = tempfile.mkdtemp(prefix="kevin-bench-serial-")
+        if headers_from:
+            os.symlink(os.path.join(headers_from, "headers"), os.path.join(cache, "headers"))
+        ev = Evaluator(EvalConfig(backend=backend, cache_dir=cache))
+        compiled = ev.compile(cand)
+        if compiled.failure is None:
+            out.append(compiled.compile_s)
         else:
-            print(f"our serial compile of {task.task_id} failed: {outcome.stderr_tail[-500:]}", file=sys.stderr)
+            print(f"our serial compile of {task.task_id} failed: {compiled.failure}", file=sys.stderr)
+        ev.close()
     return out
+
+
+def other_checkout_per_minute(folder: str, backend: str, n: int) -> tuple[float, str]:
+    """Candidates per minute of the same benchmark in another checkout (its own process and cold cache)."""
+    cmd = [sys.executable, os.path.join(folder, "benchmarks", "bench_eval.py"), "--backend", backend, "--n", str(n),
+           "--stock", "0", "--cache", tempfile.mkdtemp(prefix="kevin-bench-other-")]
+    env = {**os.environ, "PYTHONPATH": folder}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder, env=env, timeout=3000)
+    for line in proc.stdout.splitlines():
+        if line.startswith("| candidates per minute, ours |"):
+            return float(line.split("|")[2]), ""
+    return 0.0, (proc.stdout + proc.stderr)[-1500:]
 
 
 def main() -> None:
@@ -117,7 +137,9 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--cache", default="", help="compile/baseline cache (default: a fresh temporary folder)")
     ap.add_argument("--stock-only", action="store_true", help="only compile --stock candidates with stock load_inline")
+    ap.add_argument("--compare-dir", default="", help="another checkout of this repository to benchmark first, for the ratio")
     args = ap.parse_args()
+    other_per_min, other_error = other_checkout_per_minute(args.compare_dir, args.backend, args.n) if args.compare_dir else (0.0, "")
     items = mix(args.backend, args.n)
     if args.stock_only:
         stock = stock_compile_seconds([it for it in items if not it[1].candidate_id.startswith("broken")], args.stock)
@@ -138,7 +160,7 @@ def main() -> None:
     compiled = sorted(r.times.compile for r in results if r.times.compile > 0)
     honest = [it for it in items if not it[1].candidate_id.startswith("broken")]
     stock = stock_compile_seconds(honest, args.stock)
-    serial = ours_serial_compile_seconds(args.backend, honest, args.stock)
+    serial = ours_serial_compile_seconds(args.backend, honest, args.stock, cache)
     ours_med = statistics.median(compiled) if compiled else 0.0
     stock_med = statistics.median(stock) if stock else 0.0
     serial_med = statistics.median(serial) if serial else 0.0
@@ -164,11 +186,17 @@ def main() -> None:
         f"| candidates per minute, ours | {len(items) / wall * 60:.1f} |",
         f"| candidates per minute, stock serial compile alone (estimate: median x n) | {60 / stock_med if stock_med else 0:.2f} |",
         f"| GPU busy share | {busy_share(ev.run_intervals, wall):.0%} |",
+        *([f"| candidates per minute, {args.compare_dir} (same candidates, own process) | {other_per_min:.1f} |",
+           f"| throughput ours / {args.compare_dir} | {len(items) / wall * 60 / other_per_min if other_per_min else 0:.2f}x |"]
+          if args.compare_dir else []),
         "",
         "per candidate: " + json.dumps([[r.task_id, r.status.value, round(r.times.compile, 1), round(r.speedup, 3)] for r in results]),
     ]
+    if other_error:
+        lines += ["", f"the other checkout's benchmark gave no figure: {other_error}"]
     text = "\n".join(lines) + "\n"
     print_and_save(text, args.out)
+    ev.close()
 
 
 if __name__ == "__main__":

@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 BUILDER_VERSION = "kevin-build-2"
-OPT_FLAGS = ("-O3",)
-"""Optimisation of the host translation unit (torch's own JIT build passes none, i.e. -O0, which made every
-honest C++ kernel look far slower than PyTorch eager)."""
+OPT_FLAGS = ("-O3", "-fopenmp")
+"""Code generation of the host translation unit: optimised (torch's own JIT build passes no -O, i.e. -O0,
+which made every honest C++ kernel look far slower than PyTorch eager), and OpenMP available, the natural way
+to write a parallel CPU kernel (its thread count is the evaluator's, OMP_NUM_THREADS = EvalConfig.cpu_threads,
+the same as PyTorch eager's in the baseline)."""
 HERE = Path(__file__).resolve().parent
 OPS_HEADER = HERE / "kevin_ops.h"
 LITE_HEADER = HERE / "torch_lite.h"
@@ -190,8 +192,14 @@ class Toolchain:
         from torch.utils import cpp_extension
 
         device = "cuda" if backend == "cuda" else "cpu"
-        includes = _paths(cpp_extension.include_paths, device)
-        libs = _paths(cpp_extension.library_paths, device)
+        try:
+            includes = _paths(cpp_extension.include_paths, device)
+            libs = _paths(cpp_extension.library_paths, device)
+        except OSError:
+            # torch's "cuda" variants insist on CUDA_HOME even where nvcc is on PATH (e.g. a CPU build of torch
+            # compiling CUDA sources for checks): torch's own folders, and the toolkit's added below.
+            includes = _paths(cpp_extension.include_paths, "cpu")
+            libs = _paths(cpp_extension.library_paths, "cpu")
         defines = []
         if hasattr(torch._C, "_GLIBCXX_USE_CXX11_ABI"):
             defines.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
@@ -249,7 +257,7 @@ class Toolchain:
         libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
         if self.backend == "cuda":
             libs = ["-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-lcudart"]
-        return [self.cxx, *objects, "-shared", *(f"-L{d}" for d in self.lib_dirs), *libs, *extra, "-o", f"{name}.so"]
+        return [self.cxx, *objects, "-shared", "-fopenmp", *(f"-L{d}" for d in self.lib_dirs), *libs, *extra, "-o", f"{name}.so"]
 
 
 def _headers_digest() -> str:
@@ -402,8 +410,10 @@ def _run(cmd: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr)
 
 
-def _build_variant(req: ExtensionRequest, toolchain: Toolchain, folder: Path, lite: bool, jobs: int, timeout: float) -> str:
-    """Compile and link one variant into ``folder``; '' on success, else the compiler's messages."""
+def compile_objects(req: ExtensionRequest, toolchain: Toolchain, folder: Path, lite: bool, jobs: int = 2,
+                    timeout: float = 600.0) -> tuple[list[str], str]:
+    """Write and compile the translation units of one variant in ``folder``: (object files, '' or the
+    compiler's messages)."""
     folder.mkdir(parents=True, exist_ok=True)
     namespace = req.op_namespace(toolchain)
     main = "\n".join(blank_heavy_includes(s) for s in req.cpp_sources)
@@ -416,9 +426,14 @@ def _build_variant(req: ExtensionRequest, toolchain: Toolchain, folder: Path, li
         objects.append("cuda.o")
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(steps)))) as pool:
         outcomes = list(pool.map(lambda cmd: _run(cmd, folder, timeout), steps))
-    failed = [text for rc, text in outcomes if rc != 0]
-    if failed:
-        return "\n".join(failed)
+    return objects, "\n".join(text for rc, text in outcomes if rc != 0)
+
+
+def _build_variant(req: ExtensionRequest, toolchain: Toolchain, folder: Path, lite: bool, jobs: int, timeout: float) -> str:
+    """Compile and link one variant into ``folder``; '' on success, else the compiler's messages."""
+    objects, errors = compile_objects(req, toolchain, folder, lite, jobs, timeout)
+    if errors:
+        return errors
     rc, text = _run(toolchain.link_command(objects, req.name, list(req.extra_ldflags)), folder, timeout)
     return "" if rc == 0 else text
 

@@ -162,6 +162,48 @@ class IntegritySnapshot:
         return ""
 
 
+def _thread_cpu_ns() -> dict[str, int]:
+    """CPU time (ns) of each thread of this process but the calling one (Linux /proc)."""
+    me = str(threading_native_id())
+    out = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as handle:
+                out[tid] = int(handle.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            try:  # no schedstat: utime + stime in clock ticks
+                with open(f"/proc/self/task/{tid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                out[tid] = (int(fields[11]) + int(fields[12])) * (1_000_000_000 // os.sysconf("SC_CLK_TCK"))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def threading_native_id() -> int:
+    import threading
+
+    return threading.get_native_id()
+
+
+def busy_after_return_ms(window_s: float = 0.05) -> float:
+    """CPU time (ms) the process's other threads use during ``window_s`` after a call returned.
+
+    OpenMP keeps its worker threads after a parallel region, asleep (OMP_WAIT_POLICY=passive); PyTorch's
+    pool does the same. Threads that still compute after the call returned are work the timing did not see.
+    """
+    before = _thread_cpu_ns()
+    time.sleep(window_s)
+    after = _thread_cpu_ns()
+    return sum(max(0, after[t] - before.get(t, 0)) for t in after) / 1e6
+
+
 def thread_count() -> int:
     """Native threads of this process (Linux), falling back to Python's own count."""
     try:

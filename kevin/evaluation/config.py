@@ -143,6 +143,8 @@ class EvalConfig(Settings):
             raise ValueError("clock_slack_ms must be >= 0 and clock_tolerance in [0, 10)")
         if self.transport not in ("auto", "file", "ipc"):
             raise ValueError(f"transport must be auto, file or ipc, got {self.transport!r}")
+        if self.cpu_threads < 1:
+            raise ValueError("cpu_threads must be >= 1")
         if self.prestart_runs < 0:
             raise ValueError("prestart_runs must be >= 0")
         if self.speedup_flag_threshold <= 1:

@@ -265,7 +265,10 @@ class Evaluator:
             return self._toolchain
 
     def _env(self, gpu_visible: bool) -> dict[str, str]:
-        env: dict[str, str] = {}
+        # OpenMP in a candidate gets the threads PyTorch eager gets in the baseline (cpu_threads), and its idle
+        # team sleeps rather than spins, so it neither steals cores from the timed call nor looks busy.
+        threads = str(max(1, self.config.cpu_threads))
+        env: dict[str, str] = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OMP_WAIT_POLICY": "passive"}
         if self.arch:
             env["TORCH_CUDA_ARCH_LIST"] = self.arch
         if not gpu_visible:
@@ -547,6 +550,7 @@ class Evaluator:
         result = assemble(task.task_id, candidate.key, self.config.backend, facts, baseline, self.config.correctness_trials,
                           self.config.speedup_flag_threshold, compiled.compile_s, compiled.compile_path)
         result.warnings = compiled.warnings + result.warnings
+        result.threads = self.config.cpu_threads if self.config.backend == "cpu" else 0
         if result.flagged_speedup:
             # Too good to trust on one measurement: judge it again in a fresh process.
             job, plan = self._start_run(task, candidate, compiled, device, gated=False)
@@ -554,6 +558,7 @@ class Evaluator:
                              self.config.correctness_trials, self.config.speedup_flag_threshold, compiled.compile_s,
                              compiled.compile_path)
             again.flagged_speedup = True
+            again.threads = result.threads
             again.warnings.append(f"speedup above {self.config.speedup_flag_threshold}x: re-verified in a fresh process "
                                   f"(first run {result.speedup:.2f}x)")
             result = again

@@ -252,7 +252,7 @@ class RunJob:
         self.check_tampering()
 
     def check_tampering(self) -> None:
-        from kevin.evaluation.checks import thread_count
+        from kevin.evaluation.checks import busy_after_return_ms, thread_count
 
         changed = self.integrity.changed()
         if changed:
@@ -263,10 +263,17 @@ class RunJob:
             self.link.violation("threads_spawned", "the candidate started Python threads")
         if thread_count() > self.threads_before:
             if not self.cuda:
-                self.link.violation("threads_spawned", "the candidate started threads")
-            # The CUDA driver may start helper threads lazily (module loading, first launches), so on cuda
-            # new native threads are reported, not punished; the library's thread calls are refused statically.
-            note = "native thread count grew during the candidate's calls"
+                # OpenMP keeps its team's threads after a parallel region, asleep: allowed. Threads that still
+                # compute after the call returned are not (work the timing would not see).
+                busy = busy_after_return_ms()
+                if busy > 5.0:
+                    self.link.violation("threads_spawned", f"threads kept computing after the call returned ({busy:.0f} ms "
+                                                           "of CPU in 50 ms)")
+                note = "threads stayed after the call (idle, e.g. OpenMP's team)"
+            else:
+                # The CUDA driver may start helper threads lazily (module loading, first launches), so on cuda new
+                # native threads are reported, not punished; the library's thread calls are refused statically.
+                note = "native thread count grew during the candidate's calls"
             if note not in self.warnings:
                 self.warnings.append(note)
 

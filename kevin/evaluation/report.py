@@ -199,6 +199,8 @@ def print_result(r: EvalResult, console: Any = None) -> None:
         grid.add_row("runtime", f"{r.runtime_ms:.4f} ms")
         grid.add_row("baseline", f"{r.baseline_ms:.4f} ms")
         grid.add_row("speedup", f"{r.speedup:.3f}x" + ("  (flagged: re-verified)" if r.flagged_speedup else ""))
+        if r.threads:
+            grid.add_row("threads", f"{r.threads} (the candidate's OpenMP and the PyTorch eager baseline alike)")
     grid.add_row("score", f"{r.score:.3f}")
     if r.trials_run:
         grid.add_row("trials", f"{r.trials_passed}/{r.trials_run} passed, max abs error {r.max_abs_error:.3g}")

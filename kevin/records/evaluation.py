@@ -84,6 +84,8 @@ class EvalResult:
     trials_passed: int = 0
     trials_run: int = 0
     flagged_speedup: bool = False
+    threads: int = 0
+    """cpu backend: the CPU threads both the candidate (OpenMP) and the PyTorch eager baseline ran with; 0 on cuda."""
     compile_path: str = ""
     """cuda: "lite" (narrow torch header) or "full-fallback" (the stock header decided); "" otherwise."""
     feedback: str = ""

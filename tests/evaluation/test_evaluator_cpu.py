@@ -295,3 +295,89 @@ def test_one_run_worker_per_device_shares_the_batch(evaluator, relu_task, monkey
     assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT,
                                            Status.CORRECT, Status.RUNTIME_ERROR]
     assert len(threads) == 2  # both run workers judged candidates
+
+
+OPENMP_RELU = """
+torch::Tensor relu_forward(torch::Tensor x) {
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    const int64_t n = xc.numel();
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+"""
+
+OUTLIVING_THREAD = """
+#include <thread>
+#include <atomic>
+static std::atomic<bool> started{false};
+torch::Tensor relu_forward(torch::Tensor x) {
+    if (!started.exchange(true)) {
+        std::thread([] { volatile double s = 0; for (;;) s += 1.0; }).detach();  // keeps computing after the call
+    }
+    auto xc = x.contiguous();
+    auto y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    for (int64_t i = 0; i < xc.numel(); ++i) out[i] = in[i] > 0.f ? in[i] : 0.f;
+    return y;
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_an_openmp_kernel_is_honest_and_gets_the_baselines_thread_count(cache_dir, relu_task, threads):
+    ev = Evaluator(EvalConfig(backend="cpu", timing_trials=20, warmup_trials=2, timeout_s=30, cache_dir=str(cache_dir),
+                              cpu_threads=threads))
+    src = cpp_solution(OPENMP_RELU, name="t_omp").replace('verbose=False)', 'extra_cflags=["-fopenmp"], verbose=False)')
+    r = ev.evaluate(relu_task, src)
+    assert r.status is Status.CORRECT, r.error
+    assert r.threads == threads and r.score > 0.3
+    ev.close()
+
+
+def test_a_thread_that_outlives_the_call_scores_zero(cache_dir, relu_task):
+    # With the default rules the library's thread call is refused from its symbol table ...
+    ev = Evaluator(EvalConfig(backend="cpu", timing_trials=20, warmup_trials=2, timeout_s=30, cache_dir=str(cache_dir)))
+    r = ev.evaluate(relu_task, cpp_solution(OUTLIVING_THREAD, name="t_thread"))
+    assert r.status is Status.RULE_VIOLATION and r.score == 0.0 and r.rule_id in ("cpp_forbidden_calls", "native_symbols")
+    ev.close()
+    # ... and with those rules off, the run-time check sees the thread computing after the call returned.
+    relaxed = Evaluator(EvalConfig(backend="cpu", timing_trials=20, warmup_trials=2, timeout_s=30, cache_dir=str(cache_dir),
+                                   rules={"cpp_forbidden_calls": {"enabled": False}, "native_symbols": {"enabled": False}}))
+    r = relaxed.evaluate(relu_task, cpp_solution(OUTLIVING_THREAD, name="t_thread"))
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "threads_spawned" and "after the call returned" in r.error
+    relaxed.close()
+
+
+def test_two_batches_on_one_evaluator_at_once_keep_their_own_results(evaluator, relu_task):
+    import threading
+
+    good = cpp_solution(RELU_BODY, name="t_ok")
+    wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
+    batches = {"a": [good, wrong], "b": [wrong, good, good]}
+    out: dict[str, list] = {}
+
+    def run(name: str) -> None:
+        items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"{name}{i}")) for i, s in enumerate(batches[name])]
+        out[name] = evaluator.evaluate_many(items)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.candidate_id for r in out["a"]] == ["a0", "a1"] and [r.candidate_id for r in out["b"]] == ["b0", "b1", "b2"]
+    assert [r.status for r in out["a"]] == [Status.CORRECT, Status.INCORRECT]
+    assert [r.status for r in out["b"]] == [Status.INCORRECT, Status.CORRECT, Status.CORRECT]
+
+
+def test_python_api_reached_through_token_pasting_is_refused_from_the_symbol_table(evaluator, relu_task):
+    from tests.evaluation.hostile import NO_INTEGRITY, native
+
+    src = cpp_solution(native(NO_INTEGRITY + "import torch\ntorch.allclose = lambda *a, **k: True\n") + RELU_BODY, name="t_pyapi")
+    r = evaluator.evaluate(relu_task, src)
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "native_symbols" and "the Python C API" in r.error

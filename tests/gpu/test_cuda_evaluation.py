@@ -43,12 +43,14 @@ HACKS = {
 
 def _config(**over) -> EvalConfig:
     """The cuda config of these tests: defaults, except Landlock's file-system allow-list and the seccomp
-    deny-list are on, so the suite doubles as their validation on the GPU (`auto` keeps both off on cuda
-    until then); KEVIN_TEST_FILESYSTEM=auto runs them as users get them today."""
+    deny-list are on, so the suite doubles as their validation on the GPU; KEVIN_TEST_FILESYSTEM=auto runs
+    them as users get them today. KEVIN_TEST_TRANSPORT picks how outputs reach the judge (auto: CUDA IPC
+    where it works)."""
     cache = os.environ.get("KEVIN_CACHE_DIR", "")
     workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
     layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")
     over.setdefault("sandbox", SandboxConfig(filesystem=layers, seccomp=layers))
+    over.setdefault("transport", os.environ.get("KEVIN_TEST_TRANSPORT", "auto"))
     return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
 
 
@@ -69,6 +71,7 @@ def suite_results(evaluator):
     results = evaluator.evaluate_many(items, show_progress=True)
     wall = time.perf_counter() - start
     figures = {**summarise(results), "wall_s": wall, "candidates_per_min": len(results) / wall * 60,
+               "warnings": sorted({w for r in results for w in r.warnings}),
                "results": [[r.task_id, r.status.value, round(r.times.compile, 1), round(r.runtime_ms, 4),
                             round(r.baseline_ms, 4), round(r.speedup, 3), r.warnings] for r in results]}
     if os.environ.get("OUT"):
@@ -91,6 +94,14 @@ def test_every_cuda_reference_solution_is_correct(suite_results):
     assert len(results) == len(load_bundled_suite()) == len(items)
     bad = {r.task_id: f"{r.status.value} {r.rule_id}: {r.error[:300]}" for r in results if r.status is not Status.CORRECT}
     assert not bad, bad
+
+
+def test_outputs_reach_the_judge_through_cuda_ipc_or_say_why_not(suite_results):
+    _, results = suite_results
+    notes = sorted({w for r in results for w in r.warnings if "through files" in w})
+    print("transport notes:", notes or "CUDA IPC")
+    if os.environ.get("KEVIN_TEST_TRANSPORT", "auto") == "ipc":
+        assert not notes
 
 
 def test_reference_against_reference_speedup_is_one(evaluator):
@@ -118,7 +129,8 @@ def test_illegal_memory_access_does_not_reach_the_next_candidate(hack_results):
 
 
 def test_runtime_checks_catch_a_decoy_the_static_rules_were_told_to_allow(relu):
-    relaxed = Evaluator(_config(rules={"cpp_forbidden_calls": {"enabled": False}, "cpp_torch_compute": {"enabled": False}}))
+    relaxed = Evaluator(_config(rules={"cpp_forbidden_calls": {"enabled": False}, "cpp_torch_compute": {"enabled": False},
+                                       "native_symbols": {"enabled": False}}))
     items = [(relu, Candidate(relu.task_id, cuda_solution(HACKS[n], name=f"hack_{n}"), candidate_id=n)) for n in ("decoy", "side_stream")]
     decoy, side = relaxed.evaluate_many(items)
     assert decoy.status is Status.RULE_VIOLATION and decoy.rule_id in ("torch_compute_runtime", "decoy_kernel", "foreign_kernel")

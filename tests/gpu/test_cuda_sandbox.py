@@ -15,6 +15,7 @@ import pytest
 from kevin.evaluation import EvalConfig, Evaluator, Status
 from kevin.evaluation.isolation import SandboxConfig, landlock_abi
 from tests.conftest import RELU_CUDA, cuda_solution
+from tests.evaluation.hostile import COPY_CUDA, hostile_by_class
 from tests.evaluation.test_sandbox_cpu import RELAXED, check_contained, check_nothing_escaped, hostile_sources, run_hostile_batch
 from tests.gpu.test_cuda_evaluation import _config
 
@@ -25,10 +26,12 @@ pytestmark = pytest.mark.gpu
 def cuda_batch(tmp_path_factory, relu_task):
     config: EvalConfig = _config(timing_trials=20, warmup_trials=2, timeout_s=20, memory_limit_mb=16384, rules=RELAXED,
                                  sandbox=SandboxConfig(filesystem="on", seccomp="on"))  # always on here
-    return run_hostile_batch(tmp_path_factory.mktemp("hostile_cuda"), relu_task, Evaluator(config), cuda_solution, RELU_CUDA)
+    return run_hostile_batch(tmp_path_factory.mktemp("hostile_cuda"), relu_task, Evaluator(config), cuda_solution, RELU_CUDA,
+                             COPY_CUDA)
 
 
-@pytest.mark.parametrize("name", sorted(hostile_sources(Path("/nonexistent"), 1, cuda_solution, RELU_CUDA)))
+@pytest.mark.parametrize("name", sorted([*hostile_sources(Path("/nonexistent"), 1, cuda_solution, RELU_CUDA),
+                                         *hostile_by_class(cuda_solution, RELU_CUDA, COPY_CUDA, "cuda", "/x", "/x")]))
 def test_hostile_cuda_candidate_is_contained_and_scores_zero(cuda_batch, name):
     check_contained(cuda_batch, name)
 
