@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from kevin.evaluation.builder import BUILDER_VERSION, Toolchain, ensure_headers, kernel_names, prepare_headers
 from kevin.evaluation.config import EvalConfig
-from kevin.evaluation.protocol import SETUP_FAILED_EXIT
+from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
 from kevin.evaluation.isolation import protect_process
 from kevin.evaluation.judge import JudgeClient
@@ -356,9 +356,11 @@ class Evaluator:
         """Time one task's PyTorch reference now (no cache): reproducibility checks."""
         return self.measure_references_ms([task], device)[task.task_id]
 
-    def prefetch_baselines(self, tasks: Iterable[Task], device: str | None = None) -> None:
-        """Measure every uncached baseline among ``tasks`` at once, before candidates need them. A task that
-        fails here is tried again, and its error reported, when a candidate of it runs."""
+    def prefetch_baselines(self, tasks: Iterable[Task], device: str | None = None,
+                           progress: Callable[[int, int], None] | None = None) -> None:
+        """Measure every uncached baseline among ``tasks`` before candidates need them (one judge request per
+        task; ``progress(done, total)`` after each). A task that fails here is tried again, and its error
+        reported, when a candidate of it runs."""
         missing = {self.baseline_key(t): t for t in tasks}
         missing = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
         if not missing:
@@ -369,13 +371,14 @@ class Evaluator:
             lock.acquire()
         try:
             todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
-            times, failure = self._time_references(list(todo.values()), device)
-            if failure:
-                _log.warning("%s", failure)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-            for key, task in todo.items():
+            for n, (key, task) in enumerate(todo.items(), 1):
+                times, failure = self._time_references([task], device)
+                if failure:
+                    _log.warning("%s", failure)
                 if task.task_id in times:
-                    self.baselines.put(key, times[task.task_id], {"measured": stamp})
+                    self.baselines.put(key, times[task.task_id], {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                if progress:
+                    progress(n, len(todo))
         finally:
             for lock in locks:
                 lock.release()
@@ -618,25 +621,30 @@ class _Batch:
         self.compiled: dict[int, Compiled] = {}
         self.run_q: queue.Queue[int | None] = queue.Queue()
         self.run_intervals: list[tuple[str, float, float]] = []
-        self.bar = _progress_bar(len(items)) if show else None
+        self.bar = PhaseProgress() if show else None
         self._lock = threading.Lock()
 
     def done(self, i: int, result: EvalResult) -> None:
         with self._lock:
             self.results[i] = result
-            if self.bar:
-                self.bar.update(1)
         if self.progress:
             self.progress(result)
+
+    def _show(self, method: str, *args: Any) -> None:
+        if self.bar:
+            with self._lock:
+                getattr(self.bar, method)(*args)
 
     def compile_one(self, i: int) -> None:
         task, cand = self.items[i]
         started = time.perf_counter()
         compiled = self.ev.compile(cand)
+        self._show("advance", "compiling")
         if compiled.failure is not None:
             result = self.ev._failed(task, cand, compiled.failure, compiled.warnings)
             result.times.compile = compiled.compile_s
             result.times.total = time.perf_counter() - started
+            self._show("add_total", "running", -1)
             self.done(i, result)
         else:
             self.compiled[i] = compiled
@@ -645,7 +653,7 @@ class _Batch:
     def run_worker(self, device: str, first: bool, baseline_tasks: list[Task]) -> None:
         ev = self.ev
         if first:
-            ev.prefetch_baselines(baseline_tasks, device)
+            ev.prefetch_baselines(baseline_tasks, device, progress=lambda n, total: self._show("advance", "baselines"))
         ahead = ev._prestart
         started: deque[tuple[int, tuple[HarnessJob, RunPlan]]] = deque()
         ended = False
@@ -672,6 +680,7 @@ class _Batch:
                 result = score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=ev.config.backend,
                                           status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
             self.run_intervals.append((device, began, time.monotonic()))
+            self._show("advance", "running")
             _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device, time.monotonic() - began,
                        result.status.value, result.rule_id, {k: round(x, 2) for k, x in asdict(result.times).items() if x},
                        f", error: {result.error[:300]!r}" if result.error else "")
@@ -688,6 +697,9 @@ class _Batch:
                 compile_q.append(i)
         devices = ev.devices()
         baseline_tasks = list({self.items[i][0].task_id: self.items[i][0] for i in compile_q}.values())
+        self._show("set_total", "baselines", len([t for t in baseline_tasks if ev.baselines.get(ev.baseline_key(t)) is None]))
+        self._show("set_total", "compiling", len(compile_q))
+        self._show("set_total", "running", len(compile_q))
         overlap = ev.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
         runners = [threading.Thread(target=self.run_worker, args=(d, n == 0, baseline_tasks), daemon=True)
                    for n, d in enumerate(devices)]
@@ -733,10 +745,6 @@ def solution_text_problem(source: str) -> str:
     return ""
 
 
-def _progress_bar(total: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="evaluating", unit="kernel", dynamic_ncols=True)
 
 
-__all__ = ["BaselineCache", "Compiled", "Evaluator", "SETUP_FAILED_EXIT", "cpu_name", "gpu_info"]
+__all__ = ["BaselineCache", "Compiled", "Evaluator", "cpu_name", "gpu_info"]

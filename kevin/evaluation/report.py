@@ -6,9 +6,12 @@ import json
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kevin.records.evaluation import EvalResult, Status
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def write_jsonl(path: Path, results: list[EvalResult]) -> None:
@@ -212,3 +215,38 @@ def print_result(r: EvalResult, console: Any = None) -> None:
     if first_error and first_error not in r.feedback:  # e.g. a timeout's feedback does not say which limit
         grid.add_row("error", Text(first_error))
     console.print(grid)
+
+
+class PhaseProgress:
+    """Progress of a batch by phase (baselines, compiling N of M, running N of M), each with its own count and
+    time left, so a long compile phase never shows as a bar stuck at zero. Writes to stderr."""
+
+    PHASES = ("baselines", "compiling", "running")
+
+    def __init__(self, console: "Console | None" = None):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self._progress = Progress(TextColumn("{task.description:<10}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                                  TextColumn("left"), TimeRemainingColumn(), console=console or Console(stderr=True),
+                                  transient=False)
+        self._tasks = {name: self._progress.add_task(name, total=0, start=False) for name in self.PHASES}
+        self._progress.start()
+
+    def set_total(self, phase: str, total: int) -> None:
+        task = self._tasks[phase]
+        self._progress.update(task, total=total)
+        if total:
+            self._progress.start_task(task)
+
+    def add_total(self, phase: str, delta: int) -> None:
+        task = self._tasks[phase]
+        self._progress.update(task, total=max(0, (self._progress.tasks[task].total or 0) + delta))
+
+    def advance(self, phase: str) -> None:
+        task = self._tasks[phase]
+        self._progress.start_task(task)
+        self._progress.advance(task)
+
+    def close(self) -> None:
+        self._progress.stop()

@@ -1,0 +1,95 @@
+"""What this machine allows a candidate's process, checked in throwaway child processes (device calls).
+
+    python scripts/gpu_isolation_probe.py [--device cuda:0]
+
+Prints one line per layer: Landlock's ABI, a private read-only mount namespace, the seccomp filter, the
+capability drop, and CUDA IPC between two processes (what the judge uses to read a candidate's outputs
+without a copy), each as the harness applies it (kevin.evaluation.isolation, kevin.evaluation.transfer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CHILD = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from kevin.evaluation import isolation
+out = {"landlock_abi": isolation.landlock_abi(), "kernel": os.uname().release}
+writable = tempfile.mkdtemp()
+out["mount_notes"] = isolation.apply_read_only_mounts([writable])
+try:
+    open(os.path.join(sys.argv[1], "probe-write.txt"), "w").write("x")
+    out["repo_writable_after_mounts"] = True
+    os.unlink(os.path.join(sys.argv[1], "probe-write.txt"))
+except OSError as exc:
+    out["repo_writable_after_mounts"] = False
+try:
+    open(os.path.join(writable, "ok.txt"), "w").write("x")
+    out["job_folder_writable"] = True
+except OSError:
+    out["job_folder_writable"] = False
+out["caps"] = isolation.drop_capabilities() or "dropped"
+out["seccomp"] = isolation.apply_seccomp() or "installed"
+import torch
+out["cuda_after_layers"] = torch.cuda.is_available() and float(torch.ones(4, device="cuda").sum()) == 4.0
+print(json.dumps(out))
+"""
+
+EXPORTER = r"""
+import sys, time, torch
+sys.path.insert(0, sys.argv[1])
+from kevin.evaluation.transfer import Exporter
+from pathlib import Path
+device = torch.device(sys.argv[2])
+torch.cuda.set_device(device)
+why = Exporter.probe(device)
+if why:
+    print("NOIPC " + why, flush=True)
+    sys.exit(0)
+ex = Exporter(Path("."), device, "ipc")
+refs = ex.export([torch.arange(1 << 20, dtype=torch.float32, device=device)], "probe")
+import json
+print("REFS " + json.dumps(refs), flush=True)
+sys.stdin.readline()  # keep the buffer alive until the reader is done
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda:0")
+    args = ap.parse_args()
+    layers = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, timeout=300)
+    print("isolation:", layers.stdout.strip() or layers.stderr[-2000:])
+    proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(REPO), args.device], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline().strip()
+    if line.startswith("REFS "):
+        import torch
+
+        from kevin.evaluation.transfer import Importer
+
+        ref = json.loads(line[5:])[0]
+        importer = Importer(Path(tempfile.mkdtemp()), torch.device(args.device))
+        got = importer.read(ref, torch.float32, (1 << 20,))
+        ok = not isinstance(got, str) and bool((got == torch.arange(1 << 20, dtype=torch.float32, device=args.device)).all())
+        importer.close()
+        print("cuda ipc:", "works" if ok else f"read failed: {got}")
+    else:
+        print("cuda ipc:", line or "exporter failed")
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    proc.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
