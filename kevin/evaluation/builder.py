@@ -249,7 +249,8 @@ class Toolchain:
     def nvcc_command(self, lite: bool, extra: list[str]) -> list[str]:
         pre = ["-include", str(LITE_HEADER)] if lite else \
             ["-include", "torch/all.h", "-include", "cuda.h", "-include", "cuda_runtime.h"]
-        return [self.nvcc, *self.define_flags, *(f"-isystem{d}" for d in self.include_dirs), *self.nvcc_flags,
+        isystem = [part for d in self.include_dirs for part in ("-isystem", d)]  # nvcc wants them apart
+        return [self.nvcc, *self.define_flags, *isystem, *self.nvcc_flags,
                 *self.arch_flags, "--compiler-options", "-fPIC", f"-std={self.std}", *pre, *extra,
                 "-c", "cuda.cu", "-o", "cuda.o"]
 

@@ -284,14 +284,16 @@ class Evaluator:
             if judge is None or not judge.alive():
                 if judge is not None:
                     judge.close()
-                s = self.config.sandbox
-                seccomp = s.seccomp == "on" or (s.seccomp == "auto" and self.config.backend == "cpu")
-                sandbox = {"network": s.network != "off", "seccomp": seccomp, "rlimits": {"RLIMIT_CORE": 0}}
-                env = child_env(self._env(gpu_visible=self.config.backend == "cuda"))
-                judge = JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
-                                    timeout_s=max(600.0, self.config.timeout_s))
-                self._judges[device] = judge
+                judge = self._judges[device] = self._new_judge(device)
             return judge
+
+    def _new_judge(self, device: str) -> JudgeClient:
+        s = self.config.sandbox
+        seccomp = s.seccomp == "on" or (s.seccomp == "auto" and self.config.backend == "cpu")
+        sandbox = {"network": s.network != "off", "seccomp": seccomp, "rlimits": {"RLIMIT_CORE": 0}}
+        env = child_env(self._env(gpu_visible=self.config.backend == "cuda"))
+        return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
+                           timeout_s=max(600.0, self.config.timeout_s))
 
     def _layers(self, spec_backend: str) -> list[str]:
         """The isolation layers asked for, in words (for messages about a process that died)."""
@@ -328,14 +330,29 @@ class Evaluator:
 
     # -- baselines ---------------------------------------------------------------------------------
 
-    def _time_references(self, tasks: list[Task], device: str | None) -> tuple[dict[str, float], str]:
-        """Reference times of ``tasks`` measured now by the judge, and a description of any that failed."""
+    def _time_references(self, tasks: list[Task], device: str | None,
+                         progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, float], str]:
+        """Reference times of ``tasks`` measured now in one fresh judge process, and a description of any that
+        failed (``progress(done, total)`` after each task)."""
         if not tasks:
             return {}, ""
         device = device or self.devices()[0]
-        with self._judge_lock(device):
-            answer = self.judge(device).request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
-                                                timeout=max(600.0, self.config.timeout_s * len(tasks)))
+        with self._judge_lock(device):  # no candidate runs on the device meanwhile
+            # A fresh judge process each time: a long-lived one has mapped and freed many candidates' buffers,
+            # and PyTorch eager's timings should not depend on that history.
+            judge = self._new_judge(device)
+            try:
+                counted = [0]
+
+                def tick(message: dict[str, Any]) -> None:
+                    counted[0] += 1
+                    if progress:
+                        progress(counted[0], len(tasks))
+
+                answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
+                                       timeout=max(600.0, self.config.timeout_s * len(tasks)), on_progress=tick)
+            finally:
+                judge.close()
         times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
         missing = [t.task_id for t in tasks if t.task_id not in times]
         if not missing:
@@ -371,14 +388,13 @@ class Evaluator:
             lock.acquire()
         try:
             todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
-            for n, (key, task) in enumerate(todo.items(), 1):
-                times, failure = self._time_references([task], device)
-                if failure:
-                    _log.warning("%s", failure)
+            times, failure = self._time_references(list(todo.values()), device, progress)
+            if failure:
+                _log.warning("%s", failure)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            for key, task in todo.items():
                 if task.task_id in times:
-                    self.baselines.put(key, times[task.task_id], {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
-                if progress:
-                    progress(n, len(todo))
+                    self.baselines.put(key, times[task.task_id], {"measured": stamp})
         finally:
             for lock in locks:
                 lock.release()

@@ -127,6 +127,7 @@ class _Judge:
                 times[spec["task_id"]] = result.median_ms
             except Exception as exc:  # a broken task is reported, and the others are still timed
                 errors[spec["task_id"]] = _error_text(exc)
+            self.answer({"t": "progress", "task_id": spec["task_id"]})
         return {"t": "baselines", "ms": times, "errors": errors}
 
     def overhead(self, msg: dict[str, Any], read_ack) -> dict[str, Any]:
@@ -220,7 +221,7 @@ class JudgeClient:
         self.notes: list[str] = []
         self._started = False
 
-    def _await(self, kinds: tuple[str, ...], timeout: float) -> tuple[int, dict[str, Any]]:
+    def _await(self, kinds: tuple[str, ...], timeout: float, on_progress=None) -> tuple[int, dict[str, Any]]:
         deadline = time.monotonic() + timeout
         while True:
             item = self.reader.get(deadline - time.monotonic())
@@ -232,6 +233,8 @@ class JudgeClient:
                 raise JudgeError(f"the judge on {self.device} failed: {item.message.get('error', '')}")
             if item.message["t"] in kinds:
                 return item.at_ns, item.message
+            if item.message["t"] == "progress" and on_progress is not None:
+                on_progress(item.message)
 
     def start(self) -> None:
         if not self._started:
@@ -239,11 +242,12 @@ class JudgeClient:
             self.notes = list(ready.get("notes", []))
             self._started = True
 
-    def request(self, message: dict[str, Any], answer: str, timeout: float | None = None) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], answer: str, timeout: float | None = None, on_progress=None) -> dict[str, Any]:
+        """Send a command and wait for its answer (``on_progress`` sees the judge's progress messages meanwhile)."""
         with self._lock:
             self.start()
             protocol.send(self._w, message)
-            return self._await((answer,), timeout or self.timeout_s)[1]
+            return self._await((answer,), timeout or self.timeout_s, on_progress)[1]
 
     def overhead(self, task: dict[str, str]) -> "Overhead":
         """The timing protocol's own cost per call on ``task``, by the evaluator's clock (verdict.Overhead)."""

@@ -69,7 +69,8 @@ def address_range(ptr: int) -> tuple[int, int]:
 def ipc_handle(base: int) -> str:
     handle = _IpcHandle()
     _call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(base))
-    return bytes(handle.reserved).hex()
+    # All 64 bytes: reading the char array as a field would stop at its first zero byte.
+    return ctypes.string_at(ctypes.addressof(handle), 64).hex()
 
 
 def ipc_open(handle_hex: str) -> int:

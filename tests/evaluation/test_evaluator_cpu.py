@@ -143,17 +143,23 @@ def test_batch_crash_then_correct_and_results_in_order(evaluator, relu_task):
     assert [r.status for r in results] == [Status.RUNTIME_ERROR, Status.CORRECT, Status.INCORRECT, Status.CORRECT]
 
 
-def test_references_of_several_tasks_are_timed_in_one_request_to_the_judge(cache_dir, relu_task):
+def test_references_of_several_tasks_are_timed_in_one_request_to_the_judge(cache_dir, relu_task, monkeypatch):
+    from kevin.evaluation.judge import JudgeClient
     from kevin.tasks import load_bundled_suite
 
     tasks = [t for t in load_bundled_suite((1,)) if t.name in ("01_relu", "02_gelu")]
     ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir / "refs")))
-    judge = ev.judge("cpu")
     calls = []
-    real = judge.request
-    judge.request = lambda message, *a, **k: calls.append((message["t"], len(message.get("tasks", [])))) or real(message, *a, **k)
-    ev.prefetch_baselines(tasks)
-    assert calls == [("baselines", 2)]  # both tasks, one request
+    real = JudgeClient.request
+
+    def spy(self, message, *a, **k):
+        calls.append((message["t"], len(message.get("tasks", []))))
+        return real(self, message, *a, **k)
+
+    monkeypatch.setattr(JudgeClient, "request", spy)
+    seen = []
+    ev.prefetch_baselines(tasks, progress=lambda done, total: seen.append((done, total)))
+    assert calls == [("baselines", 2)] and seen == [(1, 2), (2, 2)]  # both tasks, one request, progress per task
     for t in tasks:
         assert ev.baselines.get(ev.baseline_key(t)) > 0
     assert ev.baseline_ms(tasks[0]) == ev.baselines.get(ev.baseline_key(tasks[0]))
