@@ -44,6 +44,25 @@ out["cuda_after_layers"] = torch.cuda.is_available() and float(torch.ones(4, dev
 print(json.dumps(out))
 """
 
+LANDLOCK = r"""
+import json, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+from kevin.evaluation import isolation
+variant = sys.argv[2]
+work = tempfile.mkdtemp()
+spec = isolation.make_spec(isolation.SandboxConfig(filesystem="on", seccomp="off"), "cuda", work, 0, 600, 0, [])
+read, write = spec["read_paths"], spec["write_paths"]
+if variant == "root":
+    read, write = ["/"], ["/"]
+abi, notes = isolation.apply_landlock(read, write, spec["device_paths"], False, spec["list_paths"], scoped=variant != "unscoped")
+try:
+    import torch
+    ok = float(torch.ones(4, device="cuda").sum()) == 4.0
+    print(json.dumps({"variant": variant, "abi": abi, "notes": notes, "cuda": ok}))
+except Exception as exc:
+    print(json.dumps({"variant": variant, "abi": abi, "notes": notes, "cuda": f"{type(exc).__name__}: {exc}"[:300]}))
+"""
+
 EXPORTER = r"""
 import sys, time, torch
 sys.path.insert(0, sys.argv[1])
@@ -69,6 +88,11 @@ def main() -> None:
     args = ap.parse_args()
     layers = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, timeout=300)
     print("isolation:", layers.stdout.strip() or layers.stderr[-2000:])
+    # Which part of Landlock CUDA needs: the harness's allow-list, the same without the scoping of abstract unix
+    # sockets and signals, and everything readable and writable (so only the scoping is in force).
+    for variant in ("spec", "unscoped", "root"):
+        probe = subprocess.run([sys.executable, "-c", LANDLOCK, str(REPO), variant], capture_output=True, text=True, timeout=300)
+        print("landlock:", probe.stdout.strip() or probe.stderr[-1500:])
     proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(REPO), args.device], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline().strip()
@@ -78,6 +102,8 @@ def main() -> None:
         from kevin.evaluation.transfer import Importer
 
         ref = json.loads(line[5:])[0]
+        torch.cuda.set_device(torch.device(args.device))
+        torch.empty(1, device=args.device)  # a current context, as in the judge
         importer = Importer(Path(tempfile.mkdtemp()), torch.device(args.device))
         got = importer.read(ref, torch.float32, (1 << 20,))
         ok = not isinstance(got, str) and bool((got == torch.arange(1 << 20, dtype=torch.float32, device=args.device)).all())

@@ -666,10 +666,8 @@ class _Batch:
             self.compiled[i] = compiled
             self.run_q.put(i)
 
-    def run_worker(self, device: str, first: bool, baseline_tasks: list[Task]) -> None:
+    def run_worker(self, device: str) -> None:
         ev = self.ev
-        if first:
-            ev.prefetch_baselines(baseline_tasks, device, progress=lambda n, total: self._show("advance", "baselines"))
         ahead = ev._prestart
         started: deque[tuple[int, tuple[HarnessJob, RunPlan]]] = deque()
         ended = False
@@ -717,8 +715,10 @@ class _Batch:
         self._show("set_total", "compiling", len(compile_q))
         self._show("set_total", "running", len(compile_q))
         overlap = ev.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
-        runners = [threading.Thread(target=self.run_worker, args=(d, n == 0, baseline_tasks), daemon=True)
-                   for n, d in enumerate(devices)]
+        runners = [threading.Thread(target=self.run_worker, args=(d,), daemon=True) for d in devices]
+        # Baselines first, before any compile worker takes the cores: PyTorch eager's times are cached for every
+        # later batch and must not carry this batch's load (cuDNN's host-side work slows down under it).
+        ev.prefetch_baselines(baseline_tasks, devices[0], progress=lambda n, total: self._show("advance", "baselines"))
         if compile_q:
             ev.toolchain()  # headers prepared once, before the workers need them
         if overlap:

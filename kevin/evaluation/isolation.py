@@ -153,7 +153,7 @@ def _handled_fs(abi: int) -> int:
 
 
 def apply_landlock(read_paths: list[str], write_paths: list[str], device_paths: list[str], deny_tcp: bool,
-                   list_paths: list[str] = ()) -> tuple[int, list[str]]:
+                   list_paths: list[str] = (), scoped: bool = True) -> tuple[int, list[str]]:
     """Restrict this process (and its future children) for good; return (abi, notes)."""
     abi = landlock_abi()
     if abi <= 0:
@@ -161,7 +161,7 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], device_paths: 
     libc, notes = _libc(), []
     handled_fs = _handled_fs(abi)
     attr = _RulesetAttr(handled_fs, (NET_BIND_TCP | NET_CONNECT_TCP) if (deny_tcp and abi >= 4) else 0,
-                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+                        (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if (abi >= 6 and scoped) else 0)
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
     ruleset = libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:

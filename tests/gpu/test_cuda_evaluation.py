@@ -49,7 +49,7 @@ def _config(**over) -> EvalConfig:
     cache = os.environ.get("KEVIN_CACHE_DIR", "")
     workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
     layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")
-    over.setdefault("sandbox", SandboxConfig(filesystem=layers, seccomp=layers))
+    over.setdefault("sandbox", SandboxConfig(filesystem=layers, seccomp=os.environ.get("KEVIN_TEST_SECCOMP", layers)))
     over.setdefault("transport", os.environ.get("KEVIN_TEST_TRANSPORT", "auto"))
     return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
 
