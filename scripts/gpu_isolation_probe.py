@@ -45,15 +45,22 @@ print(json.dumps(out))
 """
 
 LANDLOCK = r"""
-import json, sys, tempfile
+import json, os, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 from kevin.evaluation import isolation
 variant = sys.argv[2]
 work = tempfile.mkdtemp()
 spec = isolation.make_spec(isolation.SandboxConfig(filesystem="on", seccomp="off"), "cuda", work, 0, 600, 0, [])
 read, write = spec["read_paths"], spec["write_paths"]
-if variant == "root":
-    read, write = ["/"], ["/"]
+home = os.path.expanduser("~")
+extra = {"root": (["/"], ["/"]), "read_all": (["/"], None), "write_all": (None, ["/"]),
+         "read_run": (read + ["/run", "/var/run"], None), "read_var": (read + ["/var"], None), "read_etc": (read + ["/etc"], None),
+         "read_home": (read + [home], None), "read_tmp": (read + ["/tmp"], None),
+         "write_tmp": (None, write + ["/tmp"]), "write_run": (None, write + ["/run", "/var/run"]), "write_home": (None, write + [home]),
+         "write_dev_shm": (None, write + ["/dev/shm"]), "write_proc": (None, write + ["/proc"]), "write_var": (None, write + ["/var"])}
+if variant in extra:
+    r, w = extra[variant]
+    read, write = r or read, w or write
 abi, notes = isolation.apply_landlock(read, write, spec["device_paths"], False, spec["list_paths"], scoped=variant != "unscoped")
 try:
     import torch
@@ -90,7 +97,8 @@ def main() -> None:
     print("isolation:", layers.stdout.strip() or layers.stderr[-2000:])
     # Which part of Landlock CUDA needs: the harness's allow-list, the same without the scoping of abstract unix
     # sockets and signals, and everything readable and writable (so only the scoping is in force).
-    for variant in ("spec", "unscoped", "root"):
+    for variant in ("spec", "read_all", "write_all", "read_run", "read_var", "read_etc", "read_home", "read_tmp", "write_tmp",
+                    "write_run", "write_home", "write_dev_shm", "write_proc", "write_var"):
         probe = subprocess.run([sys.executable, "-c", LANDLOCK, str(REPO), variant], capture_output=True, text=True, timeout=300)
         print("landlock:", probe.stdout.strip() or probe.stderr[-1500:])
     proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(REPO), args.device], stdin=subprocess.PIPE,

@@ -78,7 +78,7 @@ def ipc_open(handle_hex: str) -> int:
     if len(raw) != 64:
         raise ValueError("an IPC handle has 64 bytes")
     handle = _IpcHandle()
-    ctypes.memmove(handle.reserved, raw, 64)
+    ctypes.memmove(ctypes.addressof(handle), raw, 64)  # into the struct itself (the field reads as a copy)
     ptr = ctypes.c_uint64()
     _call("cuIpcOpenMemHandle", ctypes.byref(ptr), handle, ctypes.c_uint(1))  # CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
     return ptr.value
