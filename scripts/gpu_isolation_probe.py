@@ -51,7 +51,7 @@ from kevin.evaluation import isolation
 variant = sys.argv[2]
 work = tempfile.mkdtemp()
 spec = isolation.make_spec(isolation.SandboxConfig(filesystem="on", seccomp="off"), "cuda", work, 0, 600, 0, [])
-read, write = spec["read_paths"], spec["write_paths"]
+read, write = spec["read_paths"], spec["write_paths"] + [os.path.realpath("/proc/self")]  # as apply_spec does
 home = os.path.expanduser("~")
 extra = {"root": (["/"], ["/"]), "read_all": (["/"], None), "write_all": (None, ["/"]),
          "read_run": (read + ["/run", "/var/run"], None), "read_var": (read + ["/var"], None), "read_etc": (read + ["/etc"], None),

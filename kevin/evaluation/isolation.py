@@ -9,7 +9,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | --- | --- | --- | --- |
 | rlimits | core dumps, open files, file size, CPU seconds, address space (cpu backend) | GPU memory; RSS on cuda (see cgroup) | always available on Linux |
 | network namespace (`unshare(CLONE_NEWNET)`, root) | every socket: only a down loopback exists | nothing network-related is left | Landlock TCP rules (bind/connect; not UDP), else a warning |
-| Landlock (kernel >= 5.13) | file reads and writes outside an allow-list (system and Python dirs read-only; the job's temp dir, the build cache and /dev writable); ptrace and /proc/<pid>/environ of other processes; signals and abstract unix sockets outside the sandbox (ABI >= 6) | reading what the allow-list grants (e.g. /etc/passwd, the Python tree); pathname unix sockets | a warning; the job still runs |
+| Landlock (kernel >= 5.13) | file reads and writes outside an allow-list (system and Python dirs read-only; the job's own folder, its own /proc folder and /dev writable; the solution's built library and the precompiled headers read-only); ptrace and /proc/<pid>/environ of other processes; signals and abstract unix sockets outside the sandbox (ABI >= 6) | reading what the allow-list grants (e.g. /etc/passwd, the Python tree); pathname unix sockets | a warning; the job still runs |
 | cgroup (v1 or v2 pids/memory, root) | fork bombs (`pids.max`), resident memory on cuda | GPU memory (the caching allocator's OOM is a runtime error) | parent-side RSS polling and process-group kill |
 | read-only mounts (a private mount namespace, root) | writing anywhere but the job's own folder: the shared caches (builds, baselines, the precompiled headers), the repository, other jobs' files; a private, empty /dev/shm | reading (that is Landlock's part) | a warning (Landlock's write rules still apply where it exists) |
 | capabilities dropped, evaluator not dumpable | a root candidate attaching to, or reading the memory of, the evaluator or the judge (ptrace, process_vm_readv, /proc/<pid>/mem need CAP_SYS_PTRACE for a non-dumpable process) | processes that are dumpable (other candidates: see the sibling row) | nothing to drop for a non-root user |
@@ -440,7 +440,11 @@ def apply_spec(spec: dict[str, Any]) -> list[str]:
     deny_tcp = bool(spec.get("network")) and not net_isolated
     if spec.get("filesystem") or deny_tcp:
         read = spec.get("read_paths", []) if spec.get("filesystem") else ["/"]
-        write = spec.get("write_paths", []) if spec.get("filesystem") else ["/"]
+        # The process's own /proc folder is writable: the CUDA driver writes there as it starts (seen on an H200:
+        # with /proc read-only, CUDA's initialisation fails with "OS call failed", error 304). Other processes'
+        # /proc folders stay read-only, and those need CAP_SYS_PTRACE besides, which the candidate dropped.
+        own_proc = [os.path.realpath("/proc/self")] if spec.get("filesystem") else []
+        write = [*spec.get("write_paths", []), *own_proc] if spec.get("filesystem") else ["/"]
         abi, notes = apply_landlock(read, write, spec.get("device_paths", []), deny_tcp, spec.get("list_paths", []))
         warnings.extend(notes)
         if abi == 0:

@@ -128,15 +128,16 @@ def _op_allowed(op: str, allowed: set[str]) -> bool:
     return False
 
 
-def symbol_hits(info: ElfSymbols, rule: dict[str, Any], allowed_ops: Iterable[str], filename: str) -> list[RuleHit]:
-    """Rule hits (rule ``native_symbols``) for a library's undefined symbols and needed libraries."""
+def symbol_hits(info: ElfSymbols, rule: dict[str, Any], allowed_ops: Iterable[str], filename: str,
+                calls: bool = True) -> list[RuleHit]:
+    """Rule hits (rule ``native_symbols``) for a file's undefined symbols (``calls``) and needed libraries."""
     if not rule.get("enabled", True):
         return []
     forbidden = [(re.compile(p["pattern"]), p["what"]) for p in rule["forbidden_symbols"]]
     allowed_needed = [re.compile(p) for p in rule["allowed_libraries"]]
     allowed = {op.split("::", 1)[-1] for op in allowed_ops}
     hits: list[RuleHit] = []
-    for name in info.undefined:
+    for name in info.undefined if calls else []:
         op = aten_op_of(name)
         if op is not None and not _op_allowed(op, allowed):
             hits.append(RuleHit("native_symbols", f"{filename} calls the PyTorch operator aten::{op} (PyTorch compute)"))
@@ -169,7 +170,12 @@ def demangle(name: str) -> str:
 
 
 def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str]) -> list[RuleHit]:
-    """Hits for every shared library and object file below ``folder`` (a compile job's staging folder)."""
+    """Hits for everything a compile job left in ``folder`` (its staging folder): the calls of every object file
+    (the candidate's own translation units and our registration), and the libraries each shared library needs.
+
+    A shared library's own calls are not held against the candidate: the link may add the toolkit's code
+    (e.g. a static CUDA runtime, which loads the driver with dlopen), and the object files are exactly what
+    was compiled from the candidate's sources."""
     hits: list[RuleHit] = []
     for path in sorted(folder.rglob("*")):
         if path.is_symlink():
@@ -182,5 +188,7 @@ def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str])
         except (ValueError, OSError, struct.error) as exc:
             hits.append(RuleHit("native_symbols", f"{path.name}: unreadable library ({exc})"))
             continue
-        hits.extend(symbol_hits(info, rule, allowed_ops, path.name))
+        hits.extend(symbol_hits(info, rule, allowed_ops, path.name, calls=path.suffix == ".o"))
+    if not any(p.suffix == ".o" for p in folder.rglob("*.o")) and any(p.suffix == ".so" for p in folder.rglob("*.so")):
+        hits.append(RuleHit("native_symbols", "a library was left without the object files it was linked from"))
     return hits

@@ -104,7 +104,7 @@ CPP_CASES = {
     "cpp_torch_compute": ["return torch::matmul(x, x);", "return at::relu(x);", "return x.sum();", "cublasSgemm(h);",
                           "#include <cudnn.h>", "#include <ATen/ops/matmul.h>", "return at::native::relu(x);",
                           "auto y = x.exp();"],
-    "cpp_forbidden_calls": ["std::thread t([]{});", "pthread_create(0,0,0,0);", "#pragma omp parallel for",
+    "cpp_forbidden_calls": ["std::thread t([]{});", "pthread_create(0,0,0,0);",
                             "cudaStreamCreate(&s);", "fork();", "system(\"ls\");", "exit(0);", "dlopen(\"x\", 0);",
                             "#include <Python.h>", "PyObject* o = 0;", "py::module m;", "auto t = std::chrono::steady_clock::now();",
                             "FILE* f = fopen(\"/etc/passwd\", \"r\");", "abort();"],
@@ -149,3 +149,10 @@ def test_rules_are_data():
     assert "forbidden_import" in ids(static_hits(HONEST, "cpu", tightened))
     with pytest.raises(ValueError, match="unknown rule id"):
         load_rules({"no_such_rule": {}})
+
+
+def test_openmp_is_allowed_in_cpp_and_as_a_flag():
+    source = ("#include <torch/extension.h>\ntorch::Tensor f(torch::Tensor x) {\n#pragma omp parallel for\n"
+              "for (int i = 0; i < 4; ++i) {}\nreturn x;\n}\n")
+    assert cpp_rule_hits([source], RULES) == []
+    assert flag_hits(["-fopenmp", "-O3"], RULES) == [] and flag_hits(["-lgomp"], RULES) == []

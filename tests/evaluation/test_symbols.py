@@ -19,10 +19,12 @@ OPS = EvalConfig().allowed_runtime_ops
 
 
 def build(tmp_path: Path, name: str, source: str, libs: tuple[str, ...] = ()) -> Path:
+    """A shared library from ``source`` (its object file stays beside it, as our build leaves it)."""
     src = tmp_path / f"{name}.c"
     src.write_text(source)
-    out = tmp_path / f"{name}.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", str(src), "-o", str(out), *libs], check=True, capture_output=True)
+    obj, out = tmp_path / f"{name}.o", tmp_path / f"{name}.so"
+    subprocess.run(["cc", "-c", "-fPIC", "-O2", str(src), "-o", str(obj)], check=True, capture_output=True)
+    subprocess.run(["cc", "-shared", str(obj), "-o", str(out), *libs], check=True, capture_output=True)
     return out
 
 
@@ -96,7 +98,16 @@ def test_a_staging_folder_is_checked_whole_and_odd_files_are_refused(tmp_path):
     messages = [h.message for h in library_hits(tmp_path, RULE, OPS)]
     assert any("fake.so: unreadable library" in m for m in messages)
     assert any("link.so: build outputs may not be symbolic links" in m for m in messages)
-    assert not any(m.startswith("honest.so") for m in messages)
+    assert not any(m.startswith("honest") for m in messages)
+
+
+def test_object_files_are_held_to_their_calls_and_libraries_to_what_they_link(tmp_path):
+    build(tmp_path, "pasted", PASTED)  # pasted.o calls the Python C API
+    messages = [h.message for h in library_hits(tmp_path, RULE, OPS)]
+    assert messages == ["pasted.o calls PyRun_SimpleString (the Python C API)"]  # the .so is judged by its objects
+    (tmp_path / "pasted.o").unlink()
+    assert [h.message for h in library_hits(tmp_path, RULE, OPS)] == [
+        "a library was left without the object files it was linked from"]
 
 
 @pytest.mark.parametrize("blob", [b"\x7fELF" + b"\x02\x01" + b"\x00" * 58, b"\x7fELF\x02\x01" + b"\xff" * 100])

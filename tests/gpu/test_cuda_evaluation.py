@@ -105,13 +105,16 @@ def test_outputs_reach_the_judge_through_cuda_ipc_or_say_why_not(suite_results):
 
 
 def test_reference_against_reference_speedup_is_one(evaluator):
-    """The PyTorch reference timed again in a fresh process against its cached baseline: 0.9-1.1 on every task."""
+    """The PyTorch reference timed again in a fresh process against its cached baseline: 0.85-1.15 on every task.
+
+    Two fresh processes timing the same 0.1-3 ms calls differ by up to ~11% on the H200 (2026-12-01: 0.95-1.11
+    after the GPU warm-up before baselines; 0.89-1.23 before it), so the band is that, not 1% of a lab bench."""
     tasks = load_bundled_suite()
     evaluator.prefetch_baselines(tasks)  # cached already when the suite test ran first
     again = evaluator.measure_references_ms(tasks)
     ratios = {t.task_id: evaluator.baseline_ms(t) / again[t.task_id] for t in tasks}
     print("reference/reference speedups:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
-    outside = {k: round(v, 3) for k, v in ratios.items() if not 0.9 <= v <= 1.1}
+    outside = {k: round(v, 3) for k, v in ratios.items() if not 0.85 <= v <= 1.15}
     assert not outside, outside
 
 
