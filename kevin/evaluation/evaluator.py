@@ -289,8 +289,7 @@ class Evaluator:
 
     def _new_judge(self, device: str) -> JudgeClient:
         s = self.config.sandbox
-        seccomp = s.seccomp == "on" or (s.seccomp == "auto" and self.config.backend == "cpu")
-        sandbox = {"network": s.network != "off", "seccomp": seccomp, "rlimits": {"RLIMIT_CORE": 0}}
+        sandbox = {"network": s.network != "off", "seccomp": s.seccomp != "off", "rlimits": {"RLIMIT_CORE": 0}}
         env = child_env(self._env(gpu_visible=self.config.backend == "cuda"))
         return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
                            timeout_s=max(600.0, self.config.timeout_s))
@@ -304,7 +303,7 @@ class Evaluator:
                   if value]
         if s.filesystem == "on" or (s.filesystem == "auto" and not cuda):
             layers.append("Landlock")
-        if s.seccomp == "on" or (s.seccomp == "auto" and not cuda):
+        if s.seccomp != "off":
             layers.append("seccomp")
         return layers
 

@@ -16,7 +16,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
 | sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (cuda until validated), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
-| seccomp deny-list (`apply_seccomp`) | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm; 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning; off on cuda until validated on the GPU machine (`sandbox.seccomp=on` turns it on) |
+| seccomp deny-list (`apply_seccomp`), both backends | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm; 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning |
 """
 
 from __future__ import annotations
@@ -68,11 +68,12 @@ class SandboxConfig:
 
     filesystem: str = "auto"
     """`on`: Landlock file-system allow-list; `auto`: on for the cpu backend, off (with a warning) on cuda
-    until it has been validated on the GPU machine; `off`: no file-system isolation."""
+    until it has been validated on the GPU machine (CUDA needs its process's /proc folder writable, which the
+    allow-list now grants: docs/gpu_runs.md); `off`: no file-system isolation. Read-only mounts stop writes
+    outside the job's folder on both backends either way."""
 
     seccomp: str = "auto"
-    """`on`: the seccomp deny-list; `auto`: on for the cpu backend, off (with a warning) on cuda until it has
-    been validated on the GPU machine; `off`: no filter."""
+    """`auto`/`on`: the seccomp deny-list (on both backends; CUDA runs under it); `off`: no filter."""
 
     cgroup: str = "auto"
     """`auto`/`on`: a pids/memory cgroup per candidate where the cgroup tree is writable; `off`: none."""
@@ -299,7 +300,7 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int,
     built library in the cache, the precompiled headers) is readable on top of the system paths.
     """
     filesystem = cfg.filesystem == "on" or (cfg.filesystem == "auto" and backend == "cpu")
-    seccomp = cfg.seccomp == "on" or (cfg.seccomp == "auto" and backend == "cpu")
+    seccomp = cfg.seccomp != "off"  # validated with CUDA on the H200 (docs/gpu_runs.md, 2026-12-01)
     repo = str(Path(__file__).resolve().parents[2])
     return {
         "nice": nice,
@@ -317,8 +318,7 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int,
         "filesystem_note": "" if filesystem or cfg.filesystem == "off" else
         "file-system isolation (Landlock) is off on cuda until validated on the GPU machine; set sandbox.filesystem=on",
         "seccomp": seccomp,
-        "seccomp_note": "" if seccomp or cfg.seccomp == "off" else
-        "the seccomp deny-list is off on cuda until validated on the GPU machine; set sandbox.seccomp=on",
+        "seccomp_note": "",
         "read_paths": read_only_paths([*cfg.extra_read_paths, *read_only]),
         "list_paths": [repo],  # the import system lists the repo root to find `kevin`; its files stay unreadable
         "write_paths": [workdir, *writable],
