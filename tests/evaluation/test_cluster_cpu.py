@@ -218,7 +218,8 @@ def _kill_a_busy_worker(cluster: ClusterEvaluator, deadline_s: float = 60.0) -> 
 
 def _evaluate_in_thread(cluster: ClusterEvaluator, items: list) -> tuple[threading.Thread, list]:
     out: list = []
-    thread = threading.Thread(target=lambda: out.append(cluster.evaluate_many(items)), daemon=True)
+    # With the progress bar on (rich, on stderr), so a crash in it would show here too.
+    thread = threading.Thread(target=lambda: out.append(cluster.evaluate_many(items, show_progress=True)), daemon=True)
     thread.start()
     return thread, out
 
