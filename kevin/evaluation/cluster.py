@@ -31,8 +31,9 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kevin.evaluation.config import EvalConfig
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
@@ -334,6 +335,7 @@ class EvalWorker:
         """Judge ``items`` (at ``positions`` of the driver's batch); each verdict is also kept for ``finished``
         as soon as it is known, so the driver holds it even if this process dies before the chunk ends."""
         pending: dict[tuple[str, str], deque[int]] = {}
+        reported: dict[int, EvalResult] = {}
         for pos, (task, cand) in zip(positions, items):
             pending.setdefault((task.task_id, cand.key), deque()).append(pos)
         with self._lock:
@@ -345,7 +347,9 @@ class EvalWorker:
             with self._lock:
                 slots = pending.get((result.task_id, result.candidate_id))
                 if slots:
-                    self._done.append((slots.popleft(), result))
+                    pos = slots.popleft()
+                    reported[pos] = result
+                    self._done.append((pos, result))
                     self._judged += 1
                     self._busy = max(0, self._busy - 1)
 
@@ -358,7 +362,7 @@ class EvalWorker:
             return list(zip(positions, results))
         # The evaluator returned fewer verdicts than candidates: keep those it reported one by one, the rest are lost.
         with self._lock:
-            seen = dict(self._done)
+            seen = dict(reported)
         backend = self.evaluator.config.backend
         return [(pos, seen.get(pos) or lost_verdict(task, cand, backend, f"worker {self.spec.label} returned no verdict"))
                 for pos, (task, cand) in zip(positions, items)]
@@ -493,7 +497,7 @@ class ClusterEvaluator:
                     worker.pid = answer.pid
                 worker.restarting_since = None
                 return True
-            if isinstance(answer, ray.exceptions.ActorUnavailableError) or isinstance(answer, TimeoutError):
+            if isinstance(answer, (ray.exceptions.ActorUnavailableError, TimeoutError)):
                 if worker.restarting_since is None:
                     worker.restarting_since = time.monotonic()
                 if time.monotonic() - worker.restarting_since <= self.cluster.start_timeout_s:
@@ -557,7 +561,7 @@ class ClusterEvaluator:
                 ray.shutdown()
         self._owns_ray = False
 
-    def __enter__(self) -> "ClusterEvaluator":
+    def __enter__(self) -> ClusterEvaluator:
         return self
 
     def __exit__(self, *exc: Any) -> None:

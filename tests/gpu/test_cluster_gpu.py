@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -55,10 +56,9 @@ def _honest(task, n: int, prefix: str) -> list[tuple]:
 def _write(name: str, data: dict) -> None:
     if os.environ.get("OUT"):
         path = os.path.join(os.environ["OUT"], "gpu_ray.json")
-        known = json.loads(open(path).read()) if os.path.exists(path) else {}
+        known = json.loads(Path(path).read_text()) if os.path.exists(path) else {}
         known[name] = data
-        with open(path, "w") as handle:
-            json.dump(known, handle, indent=1, default=str)
+        Path(path).write_text(json.dumps(known, indent=1, default=str))
 
 
 def test_each_worker_owns_its_own_gpu(cluster):
