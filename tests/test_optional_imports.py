@@ -1,5 +1,5 @@
-"""The library imports without the orchestration packages: prefect, mlflow, dvc and great-expectations are
-imported only inside the functions that use them, so `import kevin.<anything>` works where they are not
+"""The library imports without the orchestration packages: prefect, mlflow, dvc, great-expectations and ray
+(prefect-ray) are imported only inside the functions that use them, so `import kevin.<anything>` works where they are not
 installed (and stays fast where they are)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 PROBE = textwrap.dedent('''
     import importlib, pkgutil, sys
 
-    BLOCKED = {"prefect", "mlflow", "dvc", "great_expectations"}
+    BLOCKED = {"prefect", "mlflow", "dvc", "great_expectations", "ray", "prefect_ray"}
 
     class NotInstalled:
         """Makes the blocked packages look uninstalled to this interpreter."""
@@ -35,7 +35,8 @@ PROBE = textwrap.dedent('''
     names = sorted(m.name for m in pkgutil.walk_packages(kevin.__path__, "kevin."))
     for name in names:
         importlib.import_module(name)
-    for required in ("kevin.monitor", "kevin.rollout", "kevin.training", "kevin.tracking", "kevin.alerts"):
+    for required in ("kevin.monitor", "kevin.rollout", "kevin.training", "kevin.tracking", "kevin.alerts",
+                     "kevin.evaluation.cluster"):
         assert required in names, required
 
     # The pure parts of tracking and alerts work too, and a disabled tracker never needs mlflow.
@@ -48,6 +49,13 @@ PROBE = textwrap.dedent('''
     assert alert_event(alert, {}, run_id="r")["resource"]["kevin.alert.notify"] == "true"
     with Tracker(TrackingConfig(enabled=False)).start({"a": 1}) as tracker:
         tracker.log_step(StepSummary(step=0))
+    # The cluster's planning needs no ray; a run that leaves the cluster off gets this machine's Evaluator.
+    import tempfile
+    from kevin.evaluation import EvalConfig
+    from kevin.evaluation.cluster import ClusterConfig, NodeSlots, batch_evaluator, plan_workers
+    assert len(plan_workers([NodeSlots("n", "10.0.0.1", 16, 2)], "cuda", ClusterConfig())) == 2
+    local = batch_evaluator(EvalConfig(cache_dir=tempfile.mkdtemp()), ClusterConfig(enabled=False))
+    assert type(local).__name__ == "Evaluator", type(local)
 
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
     assert not leaked, leaked
