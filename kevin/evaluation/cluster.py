@@ -444,7 +444,8 @@ class ClusterEvaluator:
                                "`ray start ... --num-gpus N`, or use backend cpu")
         actor = ray.remote(EvalWorker)
         for spec in specs:
-            cfg = EvalConfig.from_dict({**self.config.to_dict(), "compile_workers": spec.compile_workers})
+            cfg = EvalConfig.from_dict({**self.config.to_dict(), "compile_workers": spec.compile_workers,
+                                        "cpu_cores": spec.num_cpus})
             # soft affinity: the worker starts on its node, and a restart may go elsewhere if that node is gone.
             handle = actor.options(
                 num_cpus=spec.num_cpus, num_gpus=spec.num_gpus, max_restarts=self.cluster.max_restarts, max_task_retries=0,

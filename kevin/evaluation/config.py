@@ -90,7 +90,11 @@ class EvalConfig(Settings):
     the baseline is measured single-threaded too; timings also stay stable on a busy machine)."""
 
     compile_workers: int = 0
-    """Parallel compile processes; 0 means cores // 2 (each compile runs two compiler jobs)."""
+    """Parallel compile processes; 0 means the cores minus two per device (see ``cpu_cores``)."""
+
+    cpu_cores: int = 0
+    """Cores this evaluator may use for compiling (0: all of the machine's). Set it when several evaluators share
+    a machine (e.g. one per GPU in a Ray cluster), so their compiles do not oversubscribe the cores."""
 
     gpus: list[int] = field(default_factory=list)
     """GPU indices for the batch evaluator; empty means every visible GPU."""
@@ -143,6 +147,8 @@ class EvalConfig(Settings):
             raise ValueError("clock_slack_ms must be >= 0 and clock_tolerance in [0, 10)")
         if self.transport not in ("auto", "file", "ipc"):
             raise ValueError(f"transport must be auto, file or ipc, got {self.transport!r}")
+        if self.cpu_cores < 0:
+            raise ValueError("cpu_cores must be >= 0 (0: all cores)")
         if self.cpu_threads < 1:
             raise ValueError("cpu_threads must be >= 1")
         if self.prestart_runs < 0:

@@ -88,13 +88,13 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def default_compile_workers(n_devices: int) -> int:
+def default_compile_workers(n_devices: int, cores: int = 0) -> int:
     """Cores minus two per run worker (its Python process and the candidate's host code), at least one.
 
     Measured on the 16-core H200 box: 16 compile workers starved the run phase (about 40 s per
     candidate instead of about 10 s), so run workers keep cores of their own.
     """
-    return max(1, (os.cpu_count() or 2) - 2 * max(1, n_devices))
+    return max(1, (cores or os.cpu_count() or 2) - 2 * max(1, n_devices))
 
 
 # ----------------------------------------------------------------------------------- baselines
@@ -133,7 +133,13 @@ class BaselineCache:
             return {}
 
     def get(self, key: str) -> float | None:
+        """This process's value, else one another evaluator process measured meanwhile (read from the file, and
+        kept: a value once known is never replaced by what the file says later)."""
         with self._lock:
+            if key not in self._known:
+                for k, v in self._load().items():
+                    if k not in self._known and isinstance(v, dict) and isinstance(v.get("ms"), (int, float)):
+                        self._known[k] = float(v["ms"])
             return self._known.get(key)
 
     def put(self, key: str, ms: float, info: dict[str, Any]) -> None:
@@ -203,11 +209,12 @@ class Evaluator:
             self.hardware = names[0]
         else:
             self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
-        self._compile_workers = self.config.compile_workers or default_compile_workers(len(self.devices()))
+        cores = self.config.cpu_cores or os.cpu_count() or 2
+        self._compile_workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
         # On cpu a run process started ahead would take cores from the one being timed.
         self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
         # Compiler jobs per compile worker, so that all workers together never oversubscribe the cores.
-        self._max_jobs = max(1, (os.cpu_count() or 2) // self._compile_workers)
+        self._max_jobs = max(1, cores // self._compile_workers)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
