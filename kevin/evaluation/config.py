@@ -73,7 +73,7 @@ class EvalConfig(Settings):
 
     clock_slack_ms: float = 0.0
     """How much longer (ms) a timed call may have taken by the evaluator's clock than the candidate's process
-    reports, on top of ``clock_tolerance`` (verdict.corroborate); 0 means 0.1 ms on cuda and 0.5 ms on cpu."""
+    reports, on top of ``clock_tolerance`` (verdict.corroborate); 0 means 0.1 ms on cuda and 1 ms on cpu."""
 
     clock_tolerance: float = 0.2
     """The same as a share of the reported call time (0.2: a call may be 20% longer than reported)."""
@@ -172,7 +172,7 @@ class EvalConfig(Settings):
 
     @property
     def resolved_clock_slack_ms(self) -> float:
-        return self.clock_slack_ms or (0.1 if self.backend == "cuda" else 0.5)
+        return self.clock_slack_ms or (0.1 if self.backend == "cuda" else 1.0)
 
     @property
     def resolved_cache_dir(self) -> Path:

@@ -343,10 +343,9 @@ class RunJob:
 
         def mark(kind: str, i: int) -> None:
             self.link.send({"t": kind, "i": i})
-            if kind == "b":
-                answer = self.link.receive()
-                if answer.get("t") != "ack" or answer.get("i") != i:
-                    raise Stop()
+            answer = self.link.receive()  # stamped by the evaluator while this process waits
+            if answer.get("t") != "ack" or answer.get("k") != kind or answer.get("i") != i:
+                raise Stop()
 
         while True:  # the evaluator may ask for the loop again when its clock disagreed (verdict.py)
             self.link.send({"t": "timing", "trials": self.cfg.timing_trials})

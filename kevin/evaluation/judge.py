@@ -142,8 +142,7 @@ class _Judge:
 
         def mark(kind: str, i: int) -> None:
             self.answer({"t": kind, "i": i})
-            if kind == "b":
-                read_ack(i)
+            read_ack(kind, i)
 
         result = time_callable(lambda *args: None, clone_all(sources[0]), sources, self.device, max(5, self.cfg.warmup_trials),
                                max(50, self.cfg.timing_trials), self.cfg.resolved_flush_bytes if self.cfg.flush_l2 else 0, mark=mark)
@@ -183,9 +182,9 @@ def main(argv: list[str]) -> None:
     judge = _Judge(setup["config"], setup["device"], wfd)
     judge.answer({"t": "ready", "notes": notes})
 
-    def read_ack(i: int) -> None:
+    def read_ack(kind: str, i: int) -> None:
         ack = next(lines)
-        if ack.get("t") != "ack" or ack.get("i") != i:
+        if ack.get("t") != "ack" or ack.get("k") != kind or ack.get("i") != i:
             raise protocol.ProtocolError("expected the evaluator's stamp of a timing mark")
 
     for msg in lines:

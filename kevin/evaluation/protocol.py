@@ -85,7 +85,7 @@ class LineReader:
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
                     item = self._parse(line, now)
-                    if self._ack_fd is not None and item.message and item.message["t"] == "b":
+                    if self._ack_fd is not None and item.message and item.message["t"] in ("b", "e"):
                         self._ack(item.message)
                     self._queue.put(item)
                 if len(buffer) > MAX_LINE:
@@ -102,12 +102,14 @@ class LineReader:
                 pass
 
     def _ack(self, message: dict[str, Any]) -> None:
-        """A timed call may start once its begin mark is stamped: answer at once, from this thread, so
-        the answer's latency is the same for every process that is timed (candidates and the judge)."""
+        """A timed call may start once its begin mark is stamped, and the timed process waits after its end mark
+        until that is stamped too: both stamps are then taken while it sleeps, so a busy machine delays them as
+        little as it can (a stamp taken while the process went on to its next call's work could be late by all
+        of that work). Answered at once, from this thread, the same for every timed process."""
         index = message.get("i")
         if isinstance(index, int) and not isinstance(index, bool):
             try:
-                send(self._ack_fd, {"t": "ack", "i": index})
+                send(self._ack_fd, {"t": "ack", "k": message["t"], "i": index})
             except OSError:
                 pass
 

@@ -12,7 +12,7 @@ from kevin.evaluation import protocol
 from kevin.evaluation.transfer import Exporter, Importer
 
 
-def test_lines_are_stamped_parsed_and_begin_marks_answered_at_once():
+def test_lines_are_stamped_parsed_and_timing_marks_answered_at_once():
     r, w = os.pipe()
     ack_r, ack_w = os.pipe()
     reader = protocol.LineReader(r, ack_fd=ack_w)
@@ -20,7 +20,10 @@ def test_lines_are_stamped_parsed_and_begin_marks_answered_at_once():
     protocol.send(w, {"t": "b", "i": 3})
     item = reader.get(5)
     assert item.message == {"t": "b", "i": 3} and item.at_ns >= before
-    assert next(protocol.blocking_lines(ack_r)) == {"t": "ack", "i": 3}
+    acks = protocol.blocking_lines(ack_r)
+    assert next(acks) == {"t": "ack", "k": "b", "i": 3}
+    protocol.send(w, {"t": "e", "i": 3})
+    assert reader.get(5).message == {"t": "e", "i": 3} and next(acks) == {"t": "ack", "k": "e", "i": 3}
     os.write(w, b"not json\n[1, 2]\n" + b'{"t": "x"}\n')
     assert "not JSON" in reader.get(5).error
     assert "not a message" in reader.get(5).error
@@ -57,7 +60,7 @@ def test_an_answer_to_a_forged_begin_mark_carries_only_its_index():
     reader.get(5)
     protocol.send(w, {"t": "b", "i": 1})
     reader.get(5)
-    assert next(protocol.blocking_lines(ack_r)) == {"t": "ack", "i": 1}  # the malformed one got no answer
+    assert next(protocol.blocking_lines(ack_r)) == {"t": "ack", "k": "b", "i": 1}  # the malformed one got no answer
     os.close(w)
     os.close(ack_w)
 
