@@ -1,8 +1,9 @@
-"""`kevin ...`: evaluate kernels from the command line and run the suite job.
+"""`kevin ...`: train (the Prefect training flow), evaluate kernels from the command line, and run the suite job.
 
 Exit codes: 0 whenever a verdict was produced (whatever it is), 2 for bad arguments or input that
 is not a task/solution at all (missing file, a task without Model, ...); `validate` exits 1 when a data
-check fails.
+check fails; `train` exits 0 when the run ends (all its steps, or stopped by a collapse alert), 1 when it fails
+and 2 for a bad config.
 """
 
 from __future__ import annotations
@@ -122,6 +123,42 @@ def eval_batch_cmd(
     print_summary(results)
 
 
+@app.command("train")
+def train_cmd(
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="params file (repeat to layer several, later ones win); default: params.yaml"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                                  help="override a setting, e.g. --set experiment.steps=2 (repeatable)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the experiment's run from its newest checkpoint"),
+    verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
+) -> None:
+    """Train: run the Prefect training flow in this process (no server needed) and print its results."""
+    import os
+
+    # Prefect reads its logging level when it is imported: quiet unless asked, so the progress lines stay readable.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    files = [str(p) for p in params] if params else ["params.yaml"]
+    for path in files:
+        if not Path(path).is_file():
+            _die(f"no such params file: {path}")
+    from flows.train import load_config, run_training
+
+    try:
+        load_config(files, list(overrides or []))
+    except (ValueError, FileNotFoundError) as exc:
+        _die(str(exc))
+    from kevin.experiment.progress import RichProgress
+
+    progress = RichProgress()
+    state = run_training(files, list(overrides or []), resume=resume, project_dir=str(Path.cwd()), progress=progress)
+    if state.is_failed() or state.is_crashed():
+        typer.echo(f"error: training failed: {state.message}", err=True)
+        raise typer.Exit(1)
+    from kevin.experiment.report import print_results
+
+    print_results(state.result(), progress.console, stopped=state.name == "Stopped")
+
+
 @app.command("suite")
 def suite_cmd(
     backend: str = typer.Option("", help=BACKEND_HELP),
@@ -132,7 +169,7 @@ def suite_cmd(
     timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
-    """The main job until training lands: evaluate the bundled suite's reference solutions."""
+    """Evaluate the bundled suite's reference solutions (a check of the evaluator on this machine)."""
     from kevin.evaluation.candidates import reference_candidates
     from kevin.evaluation import Evaluator
     from kevin.evaluation.report import print_summary, write_summary

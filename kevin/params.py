@@ -19,8 +19,10 @@ from typing import Any, Mapping
 import yaml
 
 from kevin.evaluation.config import EvalConfig
+from kevin.experiment.config import ExperimentConfig
 
-SECTIONS = ("evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits")
+SECTIONS = ("experiment", "evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits",
+            "tracking", "alerts")
 """The sections of params.yaml, one config dataclass each (``kevin.config.RunConfig`` composes them)."""
 
 SHARED_DEFAULTS: dict[str, Any] = {
@@ -45,6 +47,7 @@ step 0 and keeps it across a length schedule (docs/rl_core.md, "Response length"
 DERIVED: dict[tuple[str, ...], str] = {
     ("train", "max_response_tokens"): "the largest limit of response_length_schedule (and max_response_tokens)",
     ("openai", "model"): "policy.model",
+    ("train", "total_steps"): "experiment.steps",
 }
 """Section fields computed from other values: set those instead."""
 
@@ -152,6 +155,9 @@ def hand_down(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                   key=lambda v: v if isinstance(v, int) else 0)
     _set_once(sections, ("train", "max_response_tokens"), longest, "the longest response length of the run")
     _set_once(sections, ("openai", "model"), (sections["policy"].get("model") or ""), "policy.model")
+    # The lr schedule's length is the run's length: one number, set where the run is described.
+    _set_once(sections, ("train", "total_steps"), sections["experiment"].get("steps", ExperimentConfig.steps),
+              "experiment.steps")
     return sections
 
 
