@@ -59,8 +59,8 @@ def _flow_run_name() -> str:
 
     params = flow_run.parameters
     try:
-        name = load_config(params.get("params", []), params.get("overrides", [])).experiment.name
-    except (ValueError, FileNotFoundError):  # the flow itself reports the bad config
+        name = load_config(params.get("params") or ["params.yaml"], params.get("overrides") or []).experiment.name
+    except (ValueError, TypeError, FileNotFoundError):  # the flow itself reports the bad config
         name = "kevin"
     return f"{name}-resume" if params.get("resume") else name
 
