@@ -135,18 +135,22 @@ def train_cmd(
     """Train: run the Prefect training flow in this process (no server needed) and print its results."""
     import os
 
-    # Prefect reads its logging level when it is imported: quiet unless asked, so the progress lines stay readable.
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     files = [str(p) for p in params] if params else ["params.yaml"]
     for path in files:
         if not Path(path).is_file():
             _die(f"no such params file: {path}")
+    _quiet_libraries(verbose)
     from flows.train import load_config, run_training
+    from kevin.experiment.run import existing_run
 
     try:
-        load_config(files, list(overrides or []))
+        config = load_config(files, list(overrides or []))
     except (ValueError, FileNotFoundError) as exc:
         _die(str(exc))
+    out_dir = config.experiment.resolved_output_dir(Path.cwd())
+    if existing_run(out_dir) and not resume:
+        _die(f"{out_dir} already holds a run of experiment {config.experiment.name!r}; continue it with --resume, or "
+             "name this one differently (--set experiment.name=...)")
     from kevin.experiment.progress import RichProgress
 
     progress = RichProgress()
@@ -157,6 +161,27 @@ def train_cmd(
     from kevin.experiment.report import print_results
 
     print_results(state.result(), progress.console, stopped=state.name == "Stopped")
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Keep the terminal to the run's progress lines: Prefect, MLflow, transformers and DeepSpeed report at
+    INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them)."""
+    import logging
+    import os
+
+    # Prefect reads its logging level when it is imported, so this comes first.
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    if verbose:
+        return
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    import torch
+
+    if not torch.cuda.is_available():
+        # DeepSpeed (imported by transformers when saving a checkpoint) warns that it found no GPU unless told.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 @app.command("suite")

@@ -48,7 +48,7 @@ from kevin.experiment.report import phase_seconds, run_summary, step_lines, step
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainingRun", "step_dir", "train_tasks"]
+__all__ = ["TrainingRun", "existing_run", "step_dir", "train_tasks"]
 
 STEPS_DIR = "steps"
 CHECKPOINTS_DIR = "checkpoints"
@@ -58,6 +58,12 @@ TRACKED = ".tracked"
 
 def step_dir(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
+
+
+def existing_run(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds a run (a step was started there)."""
+    steps = Path(out_dir) / STEPS_DIR
+    return steps.is_dir() and any(steps.iterdir())
 
 
 def _write_json(path: Path, data: Any) -> Path:
@@ -163,13 +169,12 @@ class TrainingRun:
         return self.next_step
 
     def _check_output_dir(self) -> None:
-        steps = self.out_dir / STEPS_DIR
-        started = steps.is_dir() and any(steps.iterdir())
+        started = existing_run(self.out_dir)
         if started and not self.resume:
             raise FileExistsError(f"{self.out_dir} already holds a run of experiment {self.name!r}; continue it with "
                                   "--resume, or give this run another experiment.name (or experiment.output_dir)")
         if self.resume and not started:
-            log.warning("--resume: %s holds no run yet; starting one", self.out_dir)
+            log.info("nothing to resume in %s: starting the run", self.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         import yaml
 
