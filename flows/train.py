@@ -31,7 +31,6 @@ from prefect.tasks import exponential_backoff
 from kevin.config import RunConfig
 from kevin.experiment.progress import Progress
 from kevin.experiment.run import TrainingRun
-from kevin.params import apply_overrides, read_params
 
 __all__ = ["load_config", "run_training", "train"]
 
@@ -40,18 +39,8 @@ PROGRESS: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("kevi
 
 
 def load_config(params: list[str], overrides: list[str]) -> RunConfig:
-    """The run's config: params files merged in order (later ones win, section by section), then ``--set``s."""
-    merged: dict[str, Any] = {}
-    for path in params:
-        merged = _merge(merged, read_params(path))
-    return RunConfig.from_dict(apply_overrides(merged, overrides))
-
-
-def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in top.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
+    """The run's config: params files merged in order (later ones win, setting by setting), then ``--set``s."""
+    return RunConfig.from_files(params, overrides)
 
 
 def _flow_run_name() -> str:

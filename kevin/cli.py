@@ -166,14 +166,13 @@ def train_cmd(
 def _quiet_libraries(verbose: bool) -> None:
     """Keep the terminal to the run's progress lines: Prefect, MLflow, transformers and DeepSpeed report at
     INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them)."""
-    import logging
     import os
 
     # Prefect reads its logging level when it is imported, so this comes first.
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     if verbose:
         return
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow, too, sets its level when imported
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

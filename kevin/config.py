@@ -15,7 +15,7 @@ import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 from kevin.alerts import AlertConfig
 from kevin.evaluation.config import EvalConfig
@@ -30,6 +30,7 @@ from kevin.params import (
     eval_config_from_params,
     hand_down,
     read_params,
+    read_params_files,
 )
 from kevin.policy.config import PolicyConfig, SamplingConfig
 from kevin.policy.openai_backend import OpenAIConfig
@@ -156,6 +157,12 @@ class RunConfig(Settings):
     def from_params(cls, path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> "RunConfig":
         """The run's config from params.yaml (``path``; None: defaults) with ``key.sub=value`` overrides on top."""
         return cls.from_dict(apply_overrides(read_params(path), overrides))
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> "RunConfig":
+        """The run's config from params files merged in order (later ones win, setting by setting), then overrides:
+        ``RunConfig.from_files(["params.yaml", "configs/cpu.yaml"], ["experiment.steps=1"])``."""
+        return cls.from_dict(apply_overrides(read_params_files(paths), list(overrides)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":

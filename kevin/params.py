@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -63,6 +63,25 @@ def read_params(path: str | Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def merge_params(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` laid over ``base``, section by section (a later params file changes only the settings it names)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge_params(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def read_params_files(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Several params files merged in order: ``params.yaml`` and then a profile such as ``configs/cpu.yaml``."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = merge_params(merged, read_params(path))
+    return merged
 
 
 def apply_overrides(params: Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:

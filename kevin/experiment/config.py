@@ -57,6 +57,11 @@ class ExperimentConfig(Settings):
     steps after the newest checkpoint from their saved rollouts: nothing is generated or judged again, only
     their updates are recomputed."""
 
+    torch_threads: int = 0
+    """PyTorch's threads in the training process (generation and update); 0: PyTorch's default, one per core. On
+    a CPU machine that other work shares, 1 is often much faster: a small model's generation is many small
+    operations, and every one of them waits for the slowest thread."""
+
     generation_retries: int = 2
     """Retries of a turn's generation that failed in a way that passes (a generation server timing out or
     refusing connections); other errors fail the run at once."""
@@ -81,6 +86,8 @@ class ExperimentConfig(Settings):
                 raise ValueError(f"experiment.{name} must be a positive integer, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"experiment.seed must be an integer, got {self.seed!r}")
+        if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
+            raise ValueError(f"experiment.torch_threads must be an integer >= 0 (0: one per core), got {self.torch_threads!r}")
         if isinstance(self.generation_retries, bool) or not isinstance(self.generation_retries, int) \
                 or self.generation_retries < 0:
             raise ValueError(f"experiment.generation_retries must be an integer >= 0, got {self.generation_retries!r}")

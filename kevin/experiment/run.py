@@ -137,6 +137,10 @@ class TrainingRun:
         cfg = self.config
         self._check_output_dir()
         sync_mode(cfg)  # a contradictory weight-sync setting fails before anything is loaded
+        if cfg.experiment.torch_threads:
+            import torch
+
+            torch.set_num_threads(cfg.experiment.torch_threads)
         seed_everything(cfg.train.seed)  # before the model is built: the same initial weights and LoRA factors
         tasks = train_tasks(cfg)
         self.tasks = {t.task_id: t for t in tasks}
@@ -206,8 +210,10 @@ class TrainingRun:
             tracking = dataclasses.replace(tracking, run_name=self.name)
         nor = self.config.monitor.max_thresholds.get("not_okay_ratio")
         self.tracker = Tracker(tracking, self.out_dir, project_dir=self.project_dir, nor_threshold=nor)
+        # A --resume of a run that never got as far as MLflow starts its MLflow run (without the tracker's warning).
+        resume = self.resume and self.tracker.run_file.is_file()
         self.tracker.start(self.config.to_dict(), model=model_label(self.config), backend=self.config.backend,
-                           resume=self.resume, tags={"experiment": self.name})
+                           resume=resume, tags={"experiment": self.name})
         if self.tracker.enabled:
             uri = self.tracker.tracking_uri
             self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
