@@ -168,8 +168,10 @@ def _quiet_libraries(verbose: bool) -> None:
     INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them)."""
     import os
 
-    # Prefect reads its logging level when it is imported, so this comes first.
+    # Prefect reads its settings when it is imported, so these come first. The temporary server a run starts
+    # for itself has nobody to report usage to (and on a machine without network it logs an error trying).
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if verbose:
         return
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow, too, sets its level when imported
