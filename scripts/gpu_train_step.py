@@ -58,6 +58,17 @@ def build_model_folder(preset: str, vocab_size: int, folder: Path, device: str) 
     return time.perf_counter() - start, sum(p.numel() for p in model.parameters())
 
 
+def longest_reference(config, model_dir: Path) -> int:
+    """Tokens of the longest bundled reference solution of the run's training tasks, as the trainer scores it."""
+    from transformers import AutoTokenizer
+
+    from kevin.experiment.run import train_tasks
+    from kevin.rollout.replay import longest_response_tokens, reference_responses
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    return longest_response_tokens(tokenizer, reference_responses(train_tasks(config), config.backend))
+
+
 def run_step(run) -> None:
     """Step 0, in the order of ``flows/train.py``'s ``_run_step``."""
     run.sample_batch(0)
@@ -97,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
         f"train.device={device}", f"sampling.batch_size={args.tasks * args.trajectories}", *args.overrides,
     ]
     config = RunConfig.from_files([REPO / "params.yaml"], overrides)
+    longest = longest_reference(config, model_dir)
+    if longest > args.max_response_tokens:
+        # The replayed references are longer than the sampling limit, and the trainer must accept them: a raise of
+        # the accepted length at a step the run never reaches changes neither the sampling limit nor the loss's
+        # Dr-GRPO constant (both stay --max-response-tokens).
+        config = RunConfig.from_files([REPO / "params.yaml"], [*overrides, f"response_length_schedule={{1000000: {longest}}}"])
     run = TrainingRun(config, project_dir=REPO, progress=RichProgress())
     start = time.perf_counter()
     try:

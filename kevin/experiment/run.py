@@ -375,7 +375,10 @@ class TrainingRun:
         with self._timed(step, "monitor"):
             turns = [t for traj in self.trajectories(step) for t in traj.turns]
             update = _read_json(self._dir(step) / "update.json")
-            train = {k: sum(m[k] for m in update) / len(update) for k in TRAIN_METRICS if update and k in update[0]}
+            # An update with nothing to train on (every advantage 0) measures no entropy or gradient: its zeros are
+            # not the policy's, so the monitor does not see them.
+            trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
+            train = {k: sum(m[k] for m in trained) / len(trained) for k in TRAIN_METRICS if trained and k in trained[0]}
             alerts = self.monitor.observe(step, [t.response for t in turns], [t.truncated for t in turns], train,
                                           token_counts=[t.response_tokens for t in turns],
                                           turns=[t.turn for t in turns])

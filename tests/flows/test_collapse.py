@@ -92,6 +92,11 @@ def test_a_collapsing_run_stops_and_the_automation_posts_it_to_the_webhook(prefe
     assert got == expected
     assert json.dumps({"text": alert_text(stop, monitor["row"], run_name="junk")}) in got
 
+    # A stopped run stays stopped: resuming it runs no further step and ends in the same state.
+    again = train(params=[str(PARAMS), str(params)], resume=True, project_dir=str(tmp_path), return_state=True)
+    assert (again.name, again.message) == ("Stopped", state.message)
+    assert not (tmp_path / "outputs" / "junk" / "steps" / "step_000002").exists()
+
 
 def test_without_a_server_kevin_train_logs_tags_and_states_the_stop(model_dirs, split_file, cache_dir, tmp_path):
     params = junk_params(tmp_path / "junk.yaml", "junk-local", model_dirs["junk"], split_file, cache_dir)
@@ -106,3 +111,7 @@ def test_without_a_server_kevin_train_logs_tags_and_states_the_stop(model_dirs, 
     assert f"STOPPED after 2 of 3 steps: {monitor['stop_reason']}" in " ".join(output.split())
     assert "no Prefect server configured (PREFECT_API_URL): alert not sent as an event" in output
     assert "[Kevin STOPPED] run junk-local: step 1: junk_share 1 > 0.1" in output
+    # The same command again would start over the run in that folder: refused, with what to do instead.
+    again = subprocess.run(proc.args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "already holds a run of experiment 'junk-local'; continue it with --resume" in \
+        " ".join(again.stderr.split())
