@@ -100,8 +100,8 @@ def eval_batch_cmd(
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """Evaluate many candidates (compile pool + one runner per GPU) and print a summary table."""
-    from kevin.evaluation.candidates import read_candidates
     from kevin.evaluation import Evaluator
+    from kevin.evaluation.candidates import read_candidates
     from kevin.evaluation.report import print_summary, write_jsonl
     from kevin.tasks import TaskError, load_tasks
 
@@ -133,7 +133,6 @@ def train_cmd(
     verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
 ) -> None:
     """Train: run the Prefect training flow in this process (no server needed) and print its results."""
-    import os
 
     files = [str(p) for p in params] if params else ["params.yaml"]
     for path in files:
@@ -196,8 +195,8 @@ def suite_cmd(
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """Evaluate the bundled suite's reference solutions (a check of the evaluator on this machine)."""
-    from kevin.evaluation.candidates import reference_candidates
     from kevin.evaluation import Evaluator
+    from kevin.evaluation.candidates import reference_candidates
     from kevin.evaluation.report import print_summary, write_summary
     from kevin.tasks import load_bundled_suite
 

@@ -22,6 +22,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def drain_prefect_workers(timeout: float = 30.0) -> None:
+    """Deliver the events and logs Prefect has queued in this process, and stop its workers. Prefect keeps one
+    events worker per process whose client holds the API URL of the server it first talked to; left running
+    past that server's life it would send every later event to a dead URL (and hang the process at exit, still
+    draining). Stopped, the next event starts a worker for the server configured then."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (EventsWorker, APILogWorker):
+        service.drain_all(timeout=timeout, at_exit=False)
+
+
 @pytest.fixture(scope="module")
 def prefect_server(tmp_path_factory):
     """`prefect server start` on 127.0.0.1 (its own PREFECT_HOME, analytics off); the test process's Prefect
@@ -46,8 +58,10 @@ def prefect_server(tmp_path_factory):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
                 time.sleep(0.5)
+        drain_prefect_workers()  # whatever is queued belongs to an earlier server
         with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_HOME: str(home)}):
             yield url
+            drain_prefect_workers()  # this server's events and logs, while it is still up to take them
     finally:
         proc.terminate()
         try:

@@ -72,7 +72,8 @@ class RichProgress(Progress):
         self.line(f"tasks: {', '.join(task_ids)}")
 
     def evaluation_started(self, step: int, turn: int, total: int) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as Bar
 
         self.evaluation_finished(step, turn)
         self._bar = Bar(TextColumn(f"  turn {turn + 1}: judging"), BarColumn(), MofNCompleteColumn(),

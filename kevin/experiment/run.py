@@ -36,15 +36,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import yaml
+
 from kevin.config import RunConfig
+from kevin.experiment.progress import Progress
+from kevin.experiment.report import (
+    phase_seconds,
+    run_summary,
+    step_lines,
+    step_report_markdown,
+    task_rows,
+    turn_rows,
+    verdict_counts,
+)
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
 from kevin.rollout.stages import TurnStages, generated_path
 from kevin.tasks.task import Task
-
-from kevin.experiment.progress import Progress
-from kevin.experiment.report import phase_seconds, run_summary, step_lines, step_report_markdown, task_rows, \
-    turn_rows, verdict_counts
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +135,13 @@ class TrainingRun:
 
     def open(self) -> int:
         """Build (or, resuming, restore) everything; returns the first step to run."""
+        from kevin.alerts import ensure_collapse_automation
+        from kevin.evaluation import Evaluator
+        from kevin.experiment.policies import build_policy, load_model, resolve_wrap, sync_mode
         from kevin.monitor import CollapseMonitor
         from kevin.tasks.sampler import TaskSampler
         from kevin.training.rng import seed_everything
         from kevin.training.trainer import GRPOTrainer
-
-        from kevin.experiment.policies import build_policy, load_model, resolve_wrap, sync_mode
 
         cfg = self.config
         self._check_output_dir()
@@ -153,8 +162,6 @@ class TrainingRun:
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
         if cfg.policy.wrap:
             self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
-        from kevin.evaluation import Evaluator
-
         self.evaluator = Evaluator(cfg.evaluation)
         self.monitor = CollapseMonitor(cfg.monitor)
         if self.resume:
@@ -163,8 +170,6 @@ class TrainingRun:
         if self.next_step and self.stop_reason:
             self.tracker.set_stop(self.stop_reason)
         self._catch_up_tracking()
-        from kevin.alerts import ensure_collapse_automation
-
         # Now, not before the first alert: a sqlite-backed server loads a new automation a moment after making it.
         ensure_collapse_automation(config=cfg.alerts)
         if self.weight_sync is not None and self.next_step:
@@ -180,8 +185,6 @@ class TrainingRun:
         if self.resume and not started:
             log.info("nothing to resume in %s: starting the run", self.out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        import yaml
-
         config_file = self.out_dir / "config.yaml"
         # The config the run started with stays; a resume's config goes to MLflow (config.resume<N>.yaml).
         if not config_file.is_file():
@@ -201,9 +204,8 @@ class TrainingRun:
     def _start_tracking(self) -> None:
         import dataclasses
 
-        from kevin.tracking import Tracker
-
         from kevin.experiment.policies import model_label
+        from kevin.tracking import Tracker
 
         tracking = self.config.tracking
         if not tracking.run_name and not os.environ.get("DVC_EXP_NAME"):

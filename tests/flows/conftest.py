@@ -106,6 +106,9 @@ def harness():
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ANALYTICS_ENABLED, temporary_settings
     from prefect.testing.utilities import prefect_test_harness
 
+    from tests.servers import drain_prefect_workers
+
+    drain_prefect_workers()  # events queued for an earlier module's server must not wait for this harness
     # No telemetry from the harness's server (it also fights the flow runs over the sqlite database).
     with temporary_settings(updates={PREFECT_SERVER_ANALYTICS_ENABLED: False}), \
             prefect_test_harness(server_startup_timeout=120):

@@ -43,7 +43,7 @@ def check_stopped_run(root: Path, name: str) -> dict:
     assert (out / "checkpoints" / "step_000001").is_dir() and not (out / "steps" / "step_000002").exists()
     monitor = json.loads((out / "steps" / "step_000001" / "monitor.json").read_text())
     assert monitor["stop_reason"].startswith(STOP) and monitor["row"]["junk_share"] == 1.0
-    client, run = mlflow_run(root)
+    _, run = mlflow_run(root)
     assert run.info.status == "KILLED"
     assert run.data.tags["stop.reason"] == monitor["stop_reason"]
     assert (run.data.tags["stop.step"], run.data.tags["stop.metric"]) == ("1", "junk_share")

@@ -237,10 +237,10 @@ def test_a_run_through_transformers_serve_syncs_the_weights_after_each_update(ha
     served = shutil.copytree(model_dirs["tiny"], tmp_path / "base")  # transformers serve serves folders by path
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-    log = open(tmp_path / "serve.log", "wb")
-    server = subprocess.Popen([sys.executable, "-c", "import sys; from transformers.cli.transformers import main; "
-                               "sys.exit(main())", "serve", "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-                              stdout=log, stderr=subprocess.STDOUT, env=env)
+    serve = ("import sys; from transformers.cli.transformers import main; sys.exit(main())")
+    with open(tmp_path / "serve.log", "wb") as log:
+        server = subprocess.Popen([sys.executable, "-c", serve, "serve", "--host", "127.0.0.1", "--port", str(port),
+                                   "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         import urllib.request
 
@@ -264,7 +264,6 @@ def test_a_run_through_transformers_serve_syncs_the_weights_after_each_update(ha
     finally:
         server.terminate()
         server.wait(timeout=30)
-        log.close()
     assert state.is_completed(), state.message
     out = tmp_path / "outputs" / "served"
     # Each update's weights went to the server as a new folder; step 1 was generated from the first of them.
