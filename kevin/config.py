@@ -15,9 +15,11 @@ import dataclasses
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
+from kevin.alerts import AlertConfig
 from kevin.evaluation.config import EvalConfig
+from kevin.experiment.config import ExperimentConfig
 from kevin.monitor import MonitorConfig
 from kevin.params import (
     DERIVED,
@@ -28,6 +30,7 @@ from kevin.params import (
     eval_config_from_params,
     hand_down,
     read_params,
+    read_params_files,
 )
 from kevin.policy.config import PolicyConfig, SamplingConfig
 from kevin.policy.openai_backend import OpenAIConfig
@@ -35,6 +38,7 @@ from kevin.rewards import RewardConfig
 from kevin.rollout.config import BACKENDS, RolloutConfig
 from kevin.settings import Settings
 from kevin.tasks.splits import SplitConfig
+from kevin.tracking import TrackingConfig
 from kevin.training.config import TrainConfig
 
 __all__ = ["RunConfig", "eval_config_from_params", "read_params"]
@@ -52,9 +56,9 @@ class RunConfig(Settings):
 
     section = "run"
     SECTION_CLASSES: ClassVar[dict[str, type]] = {
-        "evaluation": EvalConfig, "policy": PolicyConfig, "sampling": SamplingConfig, "openai": OpenAIConfig,
-        "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig, "monitor": MonitorConfig,
-        "splits": SplitConfig,
+        "experiment": ExperimentConfig, "evaluation": EvalConfig, "policy": PolicyConfig, "sampling": SamplingConfig,
+        "openai": OpenAIConfig, "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig,
+        "monitor": MonitorConfig, "splits": SplitConfig, "tracking": TrackingConfig, "alerts": AlertConfig,
     }
 
     backend: str = SHARED_DEFAULTS["backend"]
@@ -77,6 +81,8 @@ class RunConfig(Settings):
     """Raises of the limit: {step: tokens} applies from that training step on (the paper: {30: 22528}); {} keeps
     max_response_tokens throughout."""
 
+    experiment: ExperimentConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """The training run: name, output folder, steps, task batches, checkpoints (``kevin/experiment/config.py``)."""
     evaluation: EvalConfig = field(default_factory=dict)  # type: ignore[assignment]
     """The evaluator (``kevin/evaluation/config.py``)."""
     policy: PolicyConfig = field(default_factory=dict)  # type: ignore[assignment]
@@ -95,6 +101,10 @@ class RunConfig(Settings):
     """Collapse indicators and alerts."""
     splits: SplitConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Which tasks train and which are held out for evaluation (``kevin/tasks/splits.py``)."""
+    tracking: TrackingConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """MLflow tracking of the run (``kevin/tracking.py``)."""
+    alerts: AlertConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """Where collapse alerts go (``kevin/alerts.py``)."""
 
     def __post_init__(self) -> None:
         self._check_shared()
@@ -147,6 +157,12 @@ class RunConfig(Settings):
     def from_params(cls, path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> "RunConfig":
         """The run's config from params.yaml (``path``; None: defaults) with ``key.sub=value`` overrides on top."""
         return cls.from_dict(apply_overrides(read_params(path), overrides))
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path], overrides: Sequence[str] = ()) -> "RunConfig":
+        """The run's config from params files merged in order (later ones win, setting by setting), then overrides:
+        ``RunConfig.from_files(["params.yaml", "configs/cpu.yaml"], ["experiment.steps=1"])``."""
+        return cls.from_dict(apply_overrides(read_params_files(paths), list(overrides)))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunConfig":

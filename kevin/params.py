@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
 from kevin.evaluation.config import EvalConfig
+from kevin.experiment.config import ExperimentConfig
 
-SECTIONS = ("evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits")
+SECTIONS = ("experiment", "evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits",
+            "tracking", "alerts")
 """The sections of params.yaml, one config dataclass each (``kevin.config.RunConfig`` composes them)."""
 
 SHARED_DEFAULTS: dict[str, Any] = {
@@ -45,6 +47,7 @@ step 0 and keeps it across a length schedule (docs/rl_core.md, "Response length"
 DERIVED: dict[tuple[str, ...], str] = {
     ("train", "max_response_tokens"): "the largest limit of response_length_schedule (and max_response_tokens)",
     ("openai", "model"): "policy.model",
+    ("train", "total_steps"): "experiment.steps",
 }
 """Section fields computed from other values: set those instead."""
 
@@ -60,6 +63,25 @@ def read_params(path: str | Path | None) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
     return data
+
+
+def merge_params(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """``top`` laid over ``base``, section by section (a later params file changes only the settings it names)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merge_params(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def read_params_files(paths: Sequence[str | Path]) -> dict[str, Any]:
+    """Several params files merged in order: ``params.yaml`` and then a profile such as ``configs/cpu.yaml``."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        merged = merge_params(merged, read_params(path))
+    return merged
 
 
 def apply_overrides(params: Mapping[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
@@ -152,6 +174,9 @@ def hand_down(params: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
                   key=lambda v: v if isinstance(v, int) else 0)
     _set_once(sections, ("train", "max_response_tokens"), longest, "the longest response length of the run")
     _set_once(sections, ("openai", "model"), (sections["policy"].get("model") or ""), "policy.model")
+    # The lr schedule's length is the run's length: one number, set where the run is described.
+    _set_once(sections, ("train", "total_steps"), sections["experiment"].get("steps", ExperimentConfig.steps),
+              "experiment.steps")
     return sections
 
 

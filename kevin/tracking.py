@@ -445,7 +445,8 @@ def kernels_markdown(turns: Sequence[Turn], step: int) -> str:
     return "\n".join(lines)
 
 
-def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table; floats to 4 significant digits, ``|`` in a cell escaped."""
     def cell(value: Any) -> str:
         text = f"{value:.4g}" if isinstance(value, float) else str(value)
         return text.replace("|", "\\|")
@@ -468,7 +469,7 @@ def tasks_table_markdown(trajectories: Sequence[Trajectory], step: int) -> str:
         mean = sum(t.score for t in turns) / len(turns) if turns else 0.0
         rows.append((task_id, len(turns), sum(t.correct for t in turns), best, mean, verdicts))
     header = ("task", "kernels", "correct", "best speedup", "mean score", "verdicts")
-    return f"# Step {step}: tasks\n\n" + _md_table(header, rows)
+    return f"# Step {step}: tasks\n\n" + markdown_table(header, rows)
 
 
 STEP_TABLE_COLUMNS = ("reward/score_mean", "eval/status/correct", "eval/best_speedup_mean", "monitor/not_okay_ratio",
@@ -481,7 +482,7 @@ def steps_table_markdown(history: Mapping[str, Mapping[int, float]], columns: Se
     present = [c for c in columns if history.get(c)]
     steps = sorted({s for c in present for s in history[c]})
     rows = [(s, *(history[c].get(s, "-") for c in present)) for s in steps]
-    return "# Steps\n\n" + _md_table(("step", *present), rows)
+    return "# Steps\n\n" + markdown_table(("step", *present), rows)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ _LAZY = {
     "OpenAIConfig": "kevin.policy.openai_backend",
     "LoraAdapterSync": "kevin.policy.openai_backend",
     "FullWeightSync": "kevin.policy.openai_backend",
+    "FolderSync": "kevin.policy.openai_backend",
     "embedded_model_path": "kevin.policy.embedded",
     "embedded_hf_dir": "kevin.policy.embedded",
     "load_embedded": "kevin.policy.embedded",

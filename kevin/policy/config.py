@@ -11,6 +11,7 @@ from typing import Any
 from kevin.settings import Settings
 
 POLICY_BACKENDS = ("embedded", "hf", "openai")
+WEIGHT_SYNCS = ("auto", "folder", "lora", "full")
 
 
 @dataclass
@@ -28,6 +29,25 @@ class PolicyConfig(Settings):
     """`hf`: the model directory or hub id. `openai`: the served model name (vLLM's ``--served-model-name``,
     else the path it was started with). Unused by `embedded`."""
 
+    weights: str = ""
+    """`openai`: the local model folder the trainer updates, the same weights the server serves (vLLM: the folder
+    it was started from, or the base of its LoRA adapters). "" uses ``model`` when that is a folder (as with
+    ``transformers serve``, which serves folders by path). Unused by `embedded` and `hf` (the trainer updates the
+    very model that generates)."""
+
+    weight_sync: str = "auto"
+    """`openai`: how the server gets the weights after each update. `folder`: write them as a new model folder and
+    name it in the requests (``transformers serve`` loads each folder it is asked for); `lora`: load the new LoRA
+    adapter into vLLM (``train.lora``; start vLLM with ``--enable-lora`` and runtime LoRA updating); `full`: stream
+    every weight into vLLM over NCCL (TRL's client; a GPU, and vllm importable next to the trainer). `auto`: `lora`
+    with ``train.lora``, else `folder`."""
+
+    wrap: str = ""
+    """A ``module:function`` that wraps the generation backend: ``function(policy, run_config, train_tasks)``
+    returns the ``Generate`` the rollout uses. "" uses the backend as it is. E.g.
+    ``kevin.rollout.replay:replay_references`` answers half of each task's trajectories with the bundled reference
+    solution, so a model that writes no kernel yet still gets rewards (the GPU step script and the tests use it)."""
+
     def __post_init__(self) -> None:
         if self.backend not in POLICY_BACKENDS:
             raise ValueError(f"policy.backend must be one of {POLICY_BACKENDS}, got {self.backend!r}")
@@ -36,6 +56,13 @@ class PolicyConfig(Settings):
         if self.backend in ("hf", "openai") and not self.model:
             what = "a model directory or hub id" if self.backend == "hf" else "the served model name"
             raise ValueError(f"policy.backend {self.backend} needs policy.model: {what}")
+        if not isinstance(self.weights, str):
+            raise ValueError(f"policy.weights must be a model folder (a string), got {self.weights!r}")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(f"policy.weight_sync must be one of {WEIGHT_SYNCS}, got {self.weight_sync!r}")
+        if self.wrap and (not isinstance(self.wrap, str) or self.wrap.count(":") != 1 or not all(self.wrap.split(":"))):
+            raise ValueError(f"policy.wrap must be 'module:function' (e.g. kevin.rollout.replay:replay_references) or "
+                             f"empty, got {self.wrap!r}")
 
 
 @dataclass

@@ -40,6 +40,8 @@ import logging
 import os
 import random
 import re
+import shutil
+import tempfile
 import threading
 import urllib.error
 import urllib.request
@@ -265,6 +267,17 @@ class OpenAIPolicy:
         finally:
             # Queued requests are dropped; running ones end within one timeout (they see ``abort`` before retrying).
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps so a resumed run sends the seeds an uninterrupted one would: the request count
+        (request k is sampled with ``seed + k``) and the served model name (an adapter sync changes it)."""
+        with self._lock:
+            return {"requests": self._requests, "model": self.model}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._requests = int(state.get("requests", 0))
+            self.model = str(state.get("model") or self.model)
 
     def close(self) -> None:
         client, self._client = self._client, None
@@ -565,6 +578,51 @@ class LoraAdapterSync:
             hint = (" (the server has no runtime LoRA endpoints: start vLLM with --enable-lora and "
                     "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True in its environment)")
         raise WeightSyncError(f"POST {url} {json.dumps(payload)} -> HTTP {status}: {text[:500]}{hint}")
+
+
+class FolderSync:
+    """Full weights for a server that loads a model folder by the name a request gives (``transformers serve``):
+    each push writes the model as a new folder under ``root`` (``v000001``, ...: weights, tokenizer and a
+    generation config that samples) and points the policy at it; the server loads it at its first request.
+
+    For vLLM, which serves the model it was started with, use ``LoraAdapterSync`` or ``FullWeightSync``. The
+    newest ``keep`` folders stay (the server may still be answering from the one before); older ones go.
+    """
+
+    def __init__(self, root: str | Path, policy: OpenAIPolicy | None = None, keep: int = 2):
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1 (the folder being served), got {keep}")
+        self.root = Path(root)
+        self.policy = policy
+        self.keep = keep
+        self.current: str | None = None
+        """The folder of the last push (None before the first)."""
+
+    def folder(self, version: int) -> Path:
+        return self.root / f"v{version:06d}"
+
+    def push(self, model: Any, tokenizer: Any, version: int) -> str:
+        """Write ``model`` (with ``tokenizer``) as version ``version`` and serve it; returns the folder's path."""
+        from kevin.policy.embedded import export_hf_dir
+
+        final = self.folder(version).resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=self.root))
+        try:
+            export_hf_dir(tmp, model, tokenizer)
+            if final.exists():  # the same version pushed again (a resumed run): replace it
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self.current = str(final)
+        if self.policy is not None:
+            self.policy.model = self.current
+        versions = sorted(p for p in self.root.glob("v*") if p.is_dir())
+        for old in versions[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.current
 
 
 def peft_merged_name(name: str) -> str | None:

@@ -18,6 +18,7 @@ from kevin.records.rollout import (
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import RolloutStore, load_rollout, run_rollouts, run_turn
 from kevin.rollout.parsing import ParsedResponse, opens_reasoning, parse_response, template_opens_reasoning
+from kevin.rollout.stages import TurnStages
 from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, approx_tokens, tokenizer_counter
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "RolloutConfig",
     "RolloutStore",
     "TrainingSample",
+    "TurnStages",
     "Trajectory",
     "Turn",
     "approx_tokens",

@@ -19,8 +19,8 @@ from kevin.rollout.prompts import Attempt, resolved_profile, turn_user_message
 from kevin.tasks import bundled_solution_path, bundled_solutions_dir, bundled_tasks_dir
 from kevin.tasks.task import Task
 
-__all__ = ["REPLAY_SUMMARY", "ReplayPolicy", "longest_response_tokens", "reference_responses", "replay_response",
-           "tokenizer_corpus"]
+__all__ = ["REPLAY_SUMMARY", "ReferenceReplay", "ReplayPolicy", "longest_response_tokens", "reference_responses",
+           "replay_references", "replay_response", "tokenizer_corpus"]
 
 REPLAY_SUMMARY = "Replayed reference solution (benchmark oracle): the bundled kernel for this task, not a model sample."
 
@@ -118,6 +118,103 @@ class ReplayPolicy:
                 tokens += len(out.token_ids)
         self.calls.append({"prompts": float(len(prompts)), "sampled": float(len(sampled)), "tokens": float(tokens)})
         return [o for o in outs if o is not None]
+
+
+class ReferenceReplay:
+    """``ReplayPolicy`` for a training run, whose batch of tasks changes every step: the first ``replayed`` of each
+    task's ``trajectories`` answer with the task's bundled reference solution, the others sample from ``policy``.
+
+    A prompt's task is the one whose source it shows (``tasks`` are every task a batch may hold). As in
+    ``ReplayPolicy``, every trajectory must be live (no early stop): the rollout then asks for each task's m
+    trajectories one after another, so prompt i is trajectory i % m. Checked on every call.
+    """
+
+    def __init__(self, policy: Any, tasks: Sequence[Task], trajectories: int, replayed: int, backend: str,
+                 profile: str = ""):
+        if not 0 <= replayed <= trajectories:
+            raise ValueError(f"replayed must be in [0, {trajectories}], got {replayed}")
+        self.policy = policy
+        self.trajectories, self.replayed, self.backend = trajectories, replayed, backend
+        shown = resolved_profile(backend, profile)
+        self.sources = {t.task_id: t.render(shown) for t in tasks}
+        self.tasks = {t.task_id: t for t in tasks}
+        self._responses: dict[str, str] = {}
+        self._longest: int | None = None
+        self.calls: list[dict[str, float]] = []
+        """Per call: prompts, sampled (given to ``policy``)."""
+
+    # The policy's own surface, for the trainer's checks and the run's checkpoints.
+    @property
+    def config(self) -> Any:
+        return self.policy.config
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    @property
+    def max_response_tokens(self) -> int:
+        """The wrapped policy's limit, or a longer replayed response."""
+        if self._longest is None:  # tokenizing every reference once is enough: they do not change
+            self._longest = longest_response_tokens(self.tokenizer, self._all_responses()) if self.replayed else 0
+        return max(self.policy.max_response_tokens, self._longest)
+
+    def set_max_response_tokens(self, tokens: int) -> None:
+        self.policy.set_max_response_tokens(tokens)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = getattr(self.policy, "state_dict", None)
+        return state() if state is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        load = getattr(self.policy, "load_state_dict", None)
+        if load is not None:
+            load(state)
+
+    def _all_responses(self) -> dict[str, str]:
+        return {tid: self._response(tid) for tid in self.tasks}
+
+    def _response(self, task_id: str) -> str:
+        if task_id not in self._responses:
+            self._responses.update(reference_responses([self.tasks[task_id]], self.backend))
+        return self._responses[task_id]
+
+    def task_of(self, text: str) -> str:
+        """The id of the task whose source the prompt shows (RuntimeError when none, or several, do)."""
+        found = [tid for tid, source in self.sources.items() if source in text]
+        if len(found) != 1:
+            raise RuntimeError(f"the prompt shows {'no' if not found else 'several'} known task source(s) {found}; "
+                               "ReferenceReplay needs the run's training tasks")
+        return found[0]
+
+    def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
+        m = self.trajectories
+        if len(prompts) % m:
+            raise RuntimeError(f"{len(prompts)} prompts is not a multiple of {m} trajectories: some trajectory "
+                               "stopped early, and the replay cannot tell which prompt is which trajectory")
+        ids = [self.task_of(p.text if isinstance(p, Prompt) else p) for p in prompts]
+        if any(ids[i] != ids[i - i % m] for i in range(len(ids))):
+            raise RuntimeError("the prompts do not come in groups of one task's trajectories; the replay cannot "
+                               "tell which prompt is which trajectory")
+        outs: list[GenerationOut | None] = [None] * len(prompts)
+        sampled = [i for i in range(len(prompts)) if i % m >= self.replayed]
+        for i in range(len(prompts)):
+            if i % m < self.replayed:
+                outs[i] = GenerationOut(text=self._response(ids[i]))  # no ids: the trainer tokenizes it
+        if sampled:
+            for i, out in zip(sampled, self.policy([prompts[i] for i in sampled])):
+                outs[i] = out
+        self.calls.append({"prompts": float(len(prompts)), "sampled": float(len(sampled))})
+        return [o for o in outs if o is not None]
+
+
+def replay_references(policy: Any, run: Any, tasks: Sequence[Task]) -> ReferenceReplay:
+    """A ``policy.wrap`` for training runs (``policy.wrap: kevin.rollout.replay:replay_references``): half of each
+    task's trajectories (rounded up) replay the bundled reference solution, so even a model that writes no kernel
+    yet gets rewards and advantages to learn from. Used by the GPU training-step script and the tests; a real
+    experiment leaves ``policy.wrap`` empty. ``run`` is the run's ``RunConfig``."""
+    m = run.rollout.trajectories
+    return ReferenceReplay(policy, tasks, m, (m + 1) // 2, run.rollout.backend, run.rollout.profile)
 
 
 def tokenizer_corpus(tasks: Sequence[Task], backend: str, profile: str = "") -> list[str]:

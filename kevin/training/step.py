@@ -22,7 +22,7 @@ from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import Evaluate, Generate, run_rollouts
 
-__all__ = ["StepResult", "build_samples", "rollout_metrics", "train_step"]
+__all__ = ["StepResult", "build_samples", "check_policy", "rollout_metrics", "train_step"]
 
 SAMPLES_FILE = "samples.jsonl"
 ROLLOUT_DIR = "rollout"
@@ -146,6 +146,13 @@ def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, rewar
     metrics = trainer.update(samples) if samples else []
     return StepResult(trajectories=trajectories, samples=samples, update_metrics=metrics,
                       rollout_metrics=rollout_metrics(trajectories), samples_path=path)
+
+
+def check_policy(policy: Any, trainer: Any) -> None:
+    """Refuse a policy whose samples the trainer would score wrongly: another temperature, or a response length
+    limit that does not fit the loss's Dr-GRPO constant and the trainer's longest completion."""
+    _check_temperatures(policy, trainer)
+    _check_lengths(policy, trainer)
 
 
 def _check_temperatures(policy: Any, trainer: Any) -> None:

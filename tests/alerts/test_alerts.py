@@ -3,18 +3,11 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import math
-import os
 import queue
-import socket
-import subprocess
-import sys
-import threading
 import time
-import urllib.request
 
 import pytest
 
@@ -28,6 +21,7 @@ from kevin.alerts import (
     stop_reason,
 )
 from kevin.monitor import Alert, Severity
+from tests.servers import prefect_server, webhook  # noqa: F401  (fixtures)
 
 WARNING = Alert(metric="not_okay_ratio", value=0.35, threshold=0.2, step=7, severity=Severity.WARNING,
                 should_stop=False, message="step 7: not_okay_ratio 0.35 > 0.2: reasoning drifts.", consecutive=1)
@@ -98,73 +92,6 @@ def test_without_a_server_nothing_is_sent(caplog, tmp_path):
 
 # ---------------------------------------------------------------------------------------------------
 # A real Prefect server on loopback and a webhook listener
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory):
-    """`prefect server start` on 127.0.0.1 (its own PREFECT_HOME, analytics off); the test process's Prefect
-    settings point at it for the module."""
-    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
-
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", NO_PROXY="127.0.0.1,localhost")
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port",
-                             str(port), "--no-ui", "--analytics-off"], env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"prefect server did not start: {(home / 'server.log').read_text()[-3000:]}")
-                time.sleep(0.5)
-        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_HOME: str(home)}):
-            yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-@pytest.fixture
-def webhook():
-    """A local HTTP listener: every POST's path and JSON body lands in the returned queue."""
-    received: queue.Queue = queue.Queue()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.put((self.path, self.headers.get("Content-Type", ""), json.loads(body)))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/kevin", received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _automations(name: str):

@@ -69,3 +69,48 @@ def test_tokenizer_corpus_holds_the_bundled_files_and_both_prompt_shapes(tasks):
     assert any("class ModelNew" in t for t in texts) and any("def get_inputs" in t for t in texts)
     prompts = texts[-2:]
     assert "## Your previous attempts" not in prompts[0] and "## Your previous attempts" in prompts[1]
+
+
+class StatefulPolicy(Policy):
+    """The stand-in sampler with a sampler state, as HFPolicy has one."""
+
+    def __init__(self):
+        self.state = {"generator": 7}
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def load_state_dict(self, state):
+        self.state = dict(state)
+
+
+def test_reference_replay_finds_each_prompts_task_by_its_source(tasks):
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.rollout.replay import ReferenceReplay, replay_references
+
+    builder = PromptBuilder(backend="cpu")
+    relu, gelu = (builder.build(t).prompt for t in tasks)
+    policy = StatefulPolicy()
+    gen = ReferenceReplay(policy, tasks, trajectories=2, replayed=1, backend="cpu")
+    # The batch of a step: each task's trajectories in a row, tasks in any order the sampler drew.
+    outs = gen([gelu, gelu, relu, relu])
+    references = reference_responses(tasks, "cpu")
+    assert [o.text for o in outs] == [references["level1/02_gelu"], f"sampled {gelu.text}",
+                                      references["level1/01_relu"], f"sampled {relu.text}"]
+    assert gen.calls == [{"prompts": 4.0, "sampled": 2.0}]
+    assert gen.max_response_tokens == max(len(r) + 1 for r in references.values())  # one token a character + EOS
+    gen.load_state_dict({"generator": 9})
+    assert gen.state_dict() == {"generator": 9} == policy.state
+    with pytest.raises(RuntimeError, match="groups of one task's trajectories"):
+        gen([gelu, relu, relu, gelu])
+    with pytest.raises(RuntimeError, match="not a multiple of 2 trajectories"):
+        gen([gelu, gelu, relu])
+    with pytest.raises(RuntimeError, match="no known task source"):
+        gen([Prompt([], "x"), Prompt([], "y")])
+
+    class Run:  # the parts of a RunConfig the wrap reads
+        class rollout:  # noqa: N801
+            trajectories, backend, profile = 3, "cpu", ""
+
+    wrapped = replay_references(policy, Run, tasks)
+    assert (wrapped.trajectories, wrapped.replayed) == (3, 2)  # half of 3, rounded up

@@ -1,0 +1,185 @@
+"""The training flow: one Prefect task per step of the recipe; all the work is ``kevin.experiment.run.TrainingRun``.
+
+    sample batch -> per turn: generate -> parse -> evaluate -> aggregate -> update -> collapse check
+                 -> checkpoint -> sync weights -> track (and a markdown artifact per step)
+
+Tasks hand each other file paths (the turn files, the samples, the checkpoint folder), never tensors. The
+generation of a turn is retried with exponential backoff when it failed in a way that passes (a generation
+server timing out or refusing connections); timeouts come from the ``experiment`` section. The flow run is
+named after the experiment. A run stopped by a collapse alert ends in a Completed state named ``Stopped`` whose
+message is the reason; the MLflow run carries it as the ``stop.reason`` tag.
+
+    python -m kevin.cli train --params params.yaml --set experiment.steps=2     # runs ``train`` in this process
+
+Without ``PREFECT_API_URL`` Prefect runs the flow against a temporary local server of its own (the ephemeral
+API); with one, the run, its task runs, artifacts and alert events show in that server's UI.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.states import Completed
+from prefect.tasks import exponential_backoff
+
+from kevin.config import RunConfig
+from kevin.experiment.progress import Progress
+from kevin.experiment.run import TrainingRun
+
+__all__ = ["load_config", "run_training", "train"]
+
+PROGRESS: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("kevin_train_progress", default=None)
+"""What ``run_training`` shows the run's progress with (the flow runs in the caller's thread, so it sees it)."""
+
+
+def load_config(params: list[str], overrides: list[str]) -> RunConfig:
+    """The run's config: params files merged in order (later ones win, setting by setting), then ``--set``s."""
+    return RunConfig.from_files(params, overrides)
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    params = flow_run.parameters
+    try:
+        name = load_config(params.get("params") or ["params.yaml"], params.get("overrides") or []).experiment.name
+    except (ValueError, TypeError, FileNotFoundError):  # the flow itself reports the bad config
+        name = "kevin"
+    return f"{name}-resume" if params.get("resume") else name
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a generation only for failures that pass: a server that timed out or refused the connection."""
+    from kevin.policy.openai_backend import GenerationError
+
+    try:
+        state.result()
+    except (GenerationError, ConnectionError, TimeoutError):
+        return True
+    except BaseException:  # noqa: BLE001  (any other failure is final)
+        return False
+    return False
+
+
+def _artifact_key(name: str, step: int) -> str:
+    # Artifact keys are lowercase letters, digits and dashes.
+    return re.sub(r"[^a-z0-9-]+", "-", f"{name.lower()}-step-{step}").strip("-")
+
+
+# Each task is a method of the run; NO_CACHE because their inputs are live objects, and a step must never be
+# skipped as "cached" (its files already say what is done).
+
+
+@task(name="sample-batch", cache_policy=NO_CACHE, task_run_name="sample-batch-{step}")
+def sample_batch(run: TrainingRun, step: int) -> str:
+    return str(run.sample_batch(step))
+
+
+@task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{step}-turn-{turn}",
+      retry_condition_fn=_transient)
+def generate(run: TrainingRun, step: int, turn: int) -> str | None:
+    path = run.generate(step, turn)
+    return str(path) if path is not None else None
+
+
+@task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{step}-turn-{turn}")
+def parse(run: TrainingRun, step: int, turn: int, generated: str) -> str:
+    return str(run.parse(step, turn))
+
+
+@task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{step}-turn-{turn}")
+def evaluate(run: TrainingRun, step: int, turn: int, parsed: str) -> str:
+    return str(run.evaluate(step, turn))
+
+
+@task(name="aggregate-rewards", cache_policy=NO_CACHE, task_run_name="aggregate-rewards-{step}")
+def aggregate(run: TrainingRun, step: int, turn_files: list[str]) -> str:
+    return str(run.aggregate(step))
+
+
+@task(name="grpo-update", cache_policy=NO_CACHE, task_run_name="grpo-update-{step}")
+def update(run: TrainingRun, step: int, samples: str) -> str:
+    return str(run.update(step))
+
+
+@task(name="collapse-check", cache_policy=NO_CACHE, task_run_name="collapse-check-{step}")
+def check_collapse(run: TrainingRun, step: int, update_file: str) -> str:
+    return str(run.check_collapse(step))
+
+
+@task(name="checkpoint", cache_policy=NO_CACHE, task_run_name="checkpoint-{step}")
+def checkpoint(run: TrainingRun, step: int, monitor_file: str) -> str | None:
+    path = run.checkpoint(step)
+    return str(path) if path is not None else None
+
+
+@task(name="sync-weights", cache_policy=NO_CACHE, task_run_name="sync-weights-{step}")
+def sync_weights(run: TrainingRun, step: int, checkpoint_dir: str | None) -> str:
+    return run.sync_weights(step)
+
+
+@task(name="track", cache_policy=NO_CACHE, task_run_name="track-{step}")
+def track(run: TrainingRun, step: int, monitor_file: str) -> str:
+    report = run.track(step)
+    create_markdown_artifact(key=_artifact_key(run.name, step), markdown=Path(report).read_text(encoding="utf-8"),
+                             description=f"{run.name}: step {step + 1} of {run.steps}")
+    return str(report)
+
+
+def _run_step(run: TrainingRun, step: int) -> None:
+    cfg = run.config.experiment
+    gen = generate.with_options(retries=cfg.generation_retries,
+                                retry_delay_seconds=exponential_backoff(cfg.retry_delay_s) if cfg.retry_delay_s else 0,
+                                timeout_seconds=cfg.generation_timeout_s or None)
+    sample_batch(run, step)
+    turn_files = []
+    for turn in range(run.turns):
+        generated = gen(run, step, turn)
+        if generated is None:  # every trajectory stopped early
+            break
+        parsed = parse(run, step, turn, generated)
+        turn_files.append(evaluate(run, step, turn, parsed))
+    samples = aggregate(run, step, turn_files)
+    updated = update.with_options(timeout_seconds=cfg.update_timeout_s or None)(run, step, samples)
+    monitor_file = check_collapse(run, step, updated)
+    checkpoint_dir = checkpoint(run, step, monitor_file)
+    sync_weights(run, step, checkpoint_dir)
+    track(run, step, monitor_file)
+
+
+@flow(name="kevin-train", flow_run_name=_flow_run_name)
+def train(params: list[str] | None = None, overrides: list[str] | None = None, resume: bool = False,
+          project_dir: str = ".") -> Any:
+    """Train: ``params`` files (default params.yaml, merged in order), ``overrides`` (``key.sub=value``), and
+    ``resume`` to continue the run in the experiment's output folder. Returns the run's results (plain data)."""
+    config = load_config(params if params is not None else ["params.yaml"], overrides or [])
+    run = TrainingRun(config, project_dir=project_dir, resume=resume, progress=PROGRESS.get())
+    try:
+        step = run.open()
+        while not run.done(step):
+            _run_step(run, step)
+            step += 1
+        result = run.result()
+    except BaseException as exc:
+        run.close(exc)
+        raise
+    run.close()
+    if run.stop_reason:
+        return Completed(name="Stopped", message=run.stop_reason, data=result)
+    return Completed(message=f"{result['steps_done']} of {run.steps} steps", data=result)
+
+
+def run_training(params: list[str], overrides: list[str], resume: bool = False, project_dir: str = ".",
+                 progress: Progress | None = None) -> Any:
+    """Run ``train`` in this process with ``progress`` showing its steps; returns the flow's final state."""
+    token = PROGRESS.set(progress)
+    try:
+        return train(params=params, overrides=overrides, resume=resume, project_dir=project_dir, return_state=True)
+    finally:
+        PROGRESS.reset(token)

@@ -1,0 +1,101 @@
+"""The ``experiment`` section of params.yaml: what a training run is called, where it writes, how long it runs,
+how its tasks are drawn, and how the flow treats its steps (checkpoint cadence, retries, timeouts)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kevin.settings import Settings
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+@dataclass
+class ExperimentConfig(Settings):
+    """One training run: its name, output folder, length, task batches and step handling."""
+
+    section = "experiment"
+
+    name: str = "kevin"
+    """Names the run everywhere: its output folder (``outputs/<name>``), its MLflow run and its Prefect flow run.
+    Give each ablation its own name; letters, digits, '.', '_' and '-'."""
+
+    output_dir: str = ""
+    """Where the run writes its steps (rollouts, samples, verdicts), checkpoints and served weights; "" is
+    ``outputs/<name>`` under the project folder."""
+
+    steps: int = 40
+    """Training steps (rollout batches) to run (the paper's final run: 40). Also the length of the learning-rate
+    schedule (``train.total_steps`` is taken from here)."""
+
+    tasks_per_batch: int = 8
+    """Tasks per training step (the paper: 8), drawn from the train split balanced across levels, seeded, each task
+    once per epoch."""
+
+    seed: int = 0
+    """Seed of the task sampler (the model's and the sampler's generators are seeded by ``train.seed`` and
+    ``sampling.seed``)."""
+
+    split: str = ""
+    """A split file written by ``kevin split``: the run trains on its train tasks. "" draws the split from the
+    ``splits`` section."""
+
+    checkpoint_every: int = 1
+    """Save a checkpoint every this many steps (and at the last step, and when the run stops). A resume replays the
+    steps after the newest checkpoint from their saved rollouts: nothing is generated or judged again, only
+    their updates are recomputed."""
+
+    torch_threads: int = 0
+    """PyTorch's threads in the training process (generation and update); 0: PyTorch's default, one per core. On
+    a CPU machine that other work shares, 1 is often much faster: a small model's generation is many small
+    operations, and every one of them waits for the slowest thread."""
+
+    generation_retries: int = 2
+    """Retries of a turn's generation that failed in a way that passes (a generation server timing out or
+    refusing connections); other errors fail the run at once."""
+
+    retry_delay_s: float = 10.0
+    """Wait before the first retry of a generation; doubled for each further retry."""
+
+    generation_timeout_s: float = 0.0
+    """Give up a turn's generation after this many seconds (then retried as above); 0: no limit."""
+
+    update_timeout_s: float = 0.0
+    """Fail the run when one update takes longer than this many seconds; 0: no limit."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"experiment.name must be letters, digits, '.', '_' or '-' (it names a folder, an MLflow "
+                             f"run and a Prefect flow run), got {self.name!r}")
+        if not isinstance(self.output_dir, str) or not isinstance(self.split, str):
+            raise ValueError("experiment.output_dir and experiment.split must be paths (strings) or empty")
+        for name in ("steps", "tasks_per_batch", "checkpoint_every"):
+            if not _positive_int(getattr(self, name)):
+                raise ValueError(f"experiment.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"experiment.seed must be an integer, got {self.seed!r}")
+        if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
+            raise ValueError(f"experiment.torch_threads must be an integer >= 0 (0: one per core), got {self.torch_threads!r}")
+        if isinstance(self.generation_retries, bool) or not isinstance(self.generation_retries, int) \
+                or self.generation_retries < 0:
+            raise ValueError(f"experiment.generation_retries must be an integer >= 0, got {self.generation_retries!r}")
+        for name in ("retry_delay_s", "generation_timeout_s", "update_timeout_s"):
+            if not _seconds(getattr(self, name)):
+                raise ValueError(f"experiment.{name} must be a number of seconds >= 0, got {getattr(self, name)!r}")
+
+    def resolved_output_dir(self, project_dir: str | Path) -> Path:
+        """The run's output folder: ``output_dir`` (relative to the project folder), else ``outputs/<name>``."""
+        path = Path(self.output_dir) if self.output_dir else Path("outputs") / self.name
+        return path if path.is_absolute() else Path(project_dir) / path

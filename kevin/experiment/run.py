@@ -1,0 +1,503 @@
+"""One training run: its live objects, and one method per step of the recipe, each reading and writing files.
+
+    open()                               build or resume everything; the first step to run
+    for each step:
+        sample_batch(step)               tasks of the step                       steps/step_N/batch.json
+        for each turn:
+            generate(step, turn)         every live trajectory's response        rollout/generated_T.jsonl
+            parse(step, turn)            reasoning / kernel / summary            rollout/parsed_T.jsonl
+            evaluate(step, turn)         every kernel of the turn, in parallel   rollout/verdicts_T.jsonl, turn_T.jsonl
+        aggregate(step)                  turn returns, per-task advantages       samples.jsonl
+        update(step)                     the GRPO update (k optimiser steps)     update.json
+        check_collapse(step)             the collapse monitor; alerts            monitor.json
+        checkpoint(step)                 weights, optimiser, RNG, sampler, monitor   checkpoints/step_N
+        sync_weights(step)               a generation server gets the new weights (openai backend)
+        track(step)                      MLflow metrics and artifacts, the step report   summary.json, report.md
+    close()
+
+``flows/train.py`` runs each method as a Prefect task and passes the paths they return. The methods do the work
+and keep the run's state; none of them knows about Prefect.
+
+What a kill loses (``kevin train --resume``): the run restarts from its newest checkpoint (weights, optimiser,
+every RNG, the task sampler, the monitor, the policy's sampler). The steps after it are redone from their files:
+a turn that was generated is not generated again (the policy's sampler state after it is restored from
+``policy_T.pt``), a kernel that was judged is not judged again (its verdict is in ``verdicts_T.jsonl``), the
+samples are rebuilt from the turns; only the update of the step in flight (its ``train.grad_steps`` optimiser
+steps, on the same samples) is recomputed. Nothing else is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from kevin.config import RunConfig
+from kevin.experiment.progress import Progress
+from kevin.experiment.report import (
+    phase_seconds,
+    run_summary,
+    step_lines,
+    step_report_markdown,
+    task_rows,
+    turn_rows,
+    verdict_counts,
+)
+from kevin.records.jsonl import atomic_write_text, read_jsonl
+from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
+from kevin.rollout.stages import TurnStages, generated_path
+from kevin.tasks.task import Task
+
+log = logging.getLogger(__name__)
+
+__all__ = ["TrainingRun", "existing_run", "step_dir", "train_tasks"]
+
+STEPS_DIR = "steps"
+CHECKPOINTS_DIR = "checkpoints"
+TRACKED = ".tracked"
+"""Marker file: the step's metrics and artifacts are in MLflow (a redone step does not log them twice)."""
+
+
+def step_dir(out_dir: str | Path, step: int) -> Path:
+    return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
+
+
+def existing_run(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` holds a run (a step was started there)."""
+    steps = Path(out_dir) / STEPS_DIR
+    return steps.is_dir() and any(steps.iterdir())
+
+
+def _write_json(path: Path, data: Any) -> Path:
+    return atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def train_tasks(config: RunConfig) -> list[Task]:
+    """The tasks the run trains on: the train side of ``experiment.split`` (a split file), else of the split the
+    ``splits`` section draws."""
+    from kevin.tasks import load_tasks, read_split, source_root, split_tasks
+
+    if config.experiment.split:
+        split = read_split(config.experiment.split)
+        tasks = {t.task_id: t for t in load_tasks(split.config.source, split.config.levels)}
+        missing = [e.task_id for e in split.train if e.task_id not in tasks]
+        if missing:
+            raise ValueError(f"{config.experiment.split}: its train tasks {missing} are not in {split.config.source!r}")
+        changed = [e.task_id for e in split.train if tasks[e.task_id].digest != e.digest]
+        if changed:
+            log.warning("%s: tasks edited since the split was made: %s", config.experiment.split, changed)
+        return [tasks[e.task_id] for e in split.train]
+    tasks = load_tasks(config.splits.source, config.splits.levels)
+    split = split_tasks(tasks, config.splits, root=source_root(config.splits.source))
+    by_id = {t.task_id: t for t in tasks}
+    return [by_id[i] for i in split.train_ids]
+
+
+class TrainingRun:
+    """The live objects of one training run (model, trainer, policy, evaluator, monitor, tracker, task sampler)
+    and the steps of the recipe. ``project_dir`` is the project folder (the MLflow store and the default output
+    folder are taken from it); ``resume`` continues the run found in the output folder."""
+
+    def __init__(self, config: RunConfig, *, project_dir: str | Path = ".", resume: bool = False,
+                 progress: Progress | None = None):
+        self.config = config
+        self.project_dir = Path(project_dir).resolve()
+        self.resume = resume
+        self.progress = progress or Progress()
+        self.out_dir = config.experiment.resolved_output_dir(self.project_dir)
+        self.name = config.experiment.name
+        self.steps = config.experiment.steps
+        self.next_step = 0
+        self.stop_reason = ""
+        self.tasks: dict[str, Task] = {}
+        self.sampler: Any = None
+        self.trainer: Any = None
+        self.tokenizer: Any = None
+        self.policy: Any = None
+        self.weight_sync: Any = None
+        self.evaluator: Any = None
+        self.monitor: Any = None
+        self.tracker: Any = None
+        self.mlflow: dict[str, str] = {}
+        self._stages: dict[int, TurnStages] = {}
+
+    # ------------------------------------------------------------------------------------------ set-up
+
+    def open(self) -> int:
+        """Build (or, resuming, restore) everything; returns the first step to run."""
+        from kevin.alerts import ensure_collapse_automation
+        from kevin.evaluation import Evaluator
+        from kevin.experiment.policies import build_policy, load_model, resolve_wrap, sync_mode
+        from kevin.monitor import CollapseMonitor
+        from kevin.tasks.sampler import TaskSampler
+        from kevin.training.rng import seed_everything
+        from kevin.training.trainer import GRPOTrainer
+
+        cfg = self.config
+        self._check_output_dir()
+        sync_mode(cfg)  # a contradictory weight-sync setting fails before anything is loaded
+        if cfg.experiment.torch_threads:
+            import torch
+
+            torch.set_num_threads(cfg.experiment.torch_threads)
+        seed_everything(cfg.train.seed)  # before the model is built: the same initial weights and LoRA factors
+        tasks = train_tasks(cfg)
+        self.tasks = {t.task_id: t for t in tasks}
+        by_level: dict[int, list[str]] = {}
+        for task in tasks:
+            by_level.setdefault(task.level, []).append(task.task_id)
+        self.sampler = TaskSampler(by_level, cfg.experiment.tasks_per_batch, cfg.experiment.seed)
+        model, self.tokenizer = load_model(cfg)
+        self.trainer = GRPOTrainer(model, cfg.train, tokenizer=self.tokenizer)
+        self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
+        if cfg.policy.wrap:
+            self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
+        self.evaluator = Evaluator(cfg.evaluation)
+        self.monitor = CollapseMonitor(cfg.monitor)
+        if self.resume:
+            self._restore()
+        self._start_tracking()
+        if self.next_step and self.stop_reason:
+            self.tracker.set_stop(self.stop_reason)
+        self._catch_up_tracking()
+        # Now, not before the first alert: a sqlite-backed server loads a new automation a moment after making it.
+        ensure_collapse_automation(config=cfg.alerts)
+        if self.weight_sync is not None and self.next_step:
+            self._push_weights(self.next_step)  # the server may have restarted with the base weights
+        self.progress.run_started(self.name, self.next_step, self.steps, str(self.out_dir), self.resume)
+        return self.next_step
+
+    def _check_output_dir(self) -> None:
+        started = existing_run(self.out_dir)
+        if started and not self.resume:
+            raise FileExistsError(f"{self.out_dir} already holds a run of experiment {self.name!r}; continue it with "
+                                  "--resume, or give this run another experiment.name (or experiment.output_dir)")
+        if self.resume and not started:
+            log.info("nothing to resume in %s: starting the run", self.out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        config_file = self.out_dir / "config.yaml"
+        # The config the run started with stays; a resume's config goes to MLflow (config.resume<N>.yaml).
+        if not config_file.is_file():
+            atomic_write_text(config_file, yaml.safe_dump(json.loads(json.dumps(self.config.params_dict(), default=str)),
+                                                          sort_keys=False))
+
+    def _restore(self) -> None:
+        self.next_step = self.trainer.resume(self.out_dir / CHECKPOINTS_DIR)
+        if not self.next_step:
+            return
+        extra = self.trainer.resumed_extra
+        self.sampler.load_state_dict(extra["sampler"])
+        self.monitor.load_state_dict(extra["monitor"])
+        self._load_policy_state(extra.get("policy"))
+        self.stop_reason = extra.get("stop_reason", "")
+
+    def _start_tracking(self) -> None:
+        import dataclasses
+
+        from kevin.experiment.policies import model_label
+        from kevin.tracking import Tracker
+
+        tracking = self.config.tracking
+        if not tracking.run_name and not os.environ.get("DVC_EXP_NAME"):
+            tracking = dataclasses.replace(tracking, run_name=self.name)
+        nor = self.config.monitor.max_thresholds.get("not_okay_ratio")
+        self.tracker = Tracker(tracking, self.out_dir, project_dir=self.project_dir, nor_threshold=nor)
+        # A --resume of a run that never got as far as MLflow starts its MLflow run (without the tracker's warning).
+        resume = self.resume and self.tracker.run_file.is_file()
+        self.tracker.start(self.config.to_dict(), model=model_label(self.config), backend=self.config.backend,
+                           resume=resume, tags={"experiment": self.name})
+        if self.tracker.enabled:
+            uri = self.tracker.tracking_uri
+            self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
+                           "ui": f"mlflow ui --backend-store-uri {uri}"}
+
+    def _catch_up_tracking(self) -> None:
+        """A kill between a step's checkpoint and its tracking left the step out of MLflow: log it now."""
+        last = self.next_step - 1
+        if last >= 0 and not (step_dir(self.out_dir, last) / TRACKED).is_file():
+            self.track(last)
+
+    # ------------------------------------------------------------------------------------------ helpers
+
+    def _dir(self, step: int) -> Path:
+        return step_dir(self.out_dir, step)
+
+    @contextmanager
+    def _timed(self, step: int, key: str) -> Iterator[None]:
+        """Add the seconds of the block to the step's ``timings.json`` under ``key`` (``phase`` or ``phase/turn``)."""
+        start = time.perf_counter()
+        yield
+        path = self._dir(step) / "timings.json"
+        timings = _read_json(path) if path.is_file() else {}
+        timings[key] = round(time.perf_counter() - start, 4)
+        _write_json(path, timings)
+
+    def _stage(self, step: int) -> TurnStages:
+        if step not in self._stages:
+            batch = _read_json(self._dir(step) / "batch.json")["tasks"]
+            self._stages[step] = TurnStages(self._dir(step) / "rollout", [self.tasks[t] for t in batch],
+                                            self.config.rollout, tokenizer=self.tokenizer)
+        return self._stages[step]
+
+    def _policy_state_file(self, step: int, turn: int) -> Path:
+        return self._dir(step) / "rollout" / f"policy_{turn:03d}.pt"
+
+    def _save_policy_state(self, path: Path) -> None:
+        import torch
+
+        state = getattr(self.policy, "state_dict", None)
+        if state is None:
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state(), tmp)
+        os.replace(tmp, path)
+
+    def _load_policy_state(self, state: Any) -> None:
+        load = getattr(self.policy, "load_state_dict", None)
+        if state is not None and load is not None:
+            load(state)
+
+    # ------------------------------------------------------------------------------------------ the steps
+
+    def sample_batch(self, step: int) -> Path:
+        """Draw the step's tasks (``batch.json``; a redone step must draw the tasks it drew before) and set the
+        step's response length limit on the policy."""
+        from kevin.training.step import check_policy
+
+        path = self._dir(step) / "batch.json"
+        with self._timed(step, "sample"):
+            batch = self.sampler.next_batch()
+            if path.is_file():
+                before = _read_json(path)["tasks"]
+                if before != batch:
+                    raise ValueError(f"step {step} was rolled out on {before} but the sampler now draws {batch}: the "
+                                     "split or experiment settings changed since; resume with the ones it started "
+                                     "with, or start a new run")
+            else:
+                _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch})
+            setter = getattr(self.policy, "set_max_response_tokens", None)
+            if setter is not None:
+                setter(self.config.response_tokens_at(step))
+            check_policy(self.policy, self.trainer)
+        self.progress.step_started(step, self.steps, batch)
+        return path
+
+    def live_trajectories(self, step: int) -> int:
+        """Trajectories the step's next turn continues (0: the rollout is over)."""
+        return len(self._stage(step).live())
+
+    def generate(self, step: int, turn: int) -> Path | None:
+        """Every live trajectory's response of ``turn`` (one batch); None when no trajectory is live. A turn
+        generated before is kept, and the policy's sampler continues from where that generation left it."""
+        stages = self._stage(step)
+        state_file = self._policy_state_file(step, turn)
+        if generated_path(stages.out_dir, turn).is_file() or turn < stages.turns_done:
+            if state_file.is_file():
+                import torch
+
+                self._load_policy_state(torch.load(state_file, map_location="cpu", weights_only=False))
+            return stages.generate(turn, self.policy)
+        live = len(stages.live())
+        if not live:
+            return None
+        self.progress.phase(step, f"turn {turn + 1}/{self.config.rollout.turns}: generating {live} responses")
+
+        def generate_and_keep_state(prompts: list[Any]) -> list[Any]:
+            outs = self.policy(prompts)
+            # Before the outputs are written: a generated turn always has the sampler state that follows it.
+            self._save_policy_state(state_file)
+            return outs
+
+        with self._timed(step, f"generate/{turn}"):
+            path = stages.generate(turn, generate_and_keep_state)
+        return path
+
+    def parse(self, step: int, turn: int) -> Path:
+        """Split the turn's responses into reasoning, kernel and summary."""
+        with self._timed(step, f"parse/{turn}"):
+            return self._stage(step).parse(turn)
+
+    def evaluate(self, step: int, turn: int) -> Path:
+        """Judge every kernel of the turn (the batch evaluator: compile pool, every device); verdicts already on
+        disk are kept. Writes the turn's records."""
+        stages = self._stage(step)
+        total = len(read_jsonl(generated_path(stages.out_dir, turn))) if turn >= stages.turns_done else 0
+        if not total:
+            return stages.evaluate(turn, self.evaluator.evaluate_many)
+        self.progress.evaluation_started(step, turn, total)
+        try:
+            with self._timed(step, f"evaluate/{turn}"):
+                path = stages.evaluate(turn, self.evaluator.evaluate_many, on_verdict=self.progress.verdict)
+        finally:
+            self.progress.evaluation_finished(step, turn)
+        turns = [t for traj in stages.trajectories() for t in traj.turns if t.turn == turn]
+        counts = verdict_counts([Trajectory("", 0, turns)])
+        self.progress.phase(step, f"turn {turn + 1}/{self.config.rollout.turns}: "
+                                  + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return path
+
+    def trajectories(self, step: int) -> list[Trajectory]:
+        return self._stage(step).trajectories()
+
+    def aggregate(self, step: int) -> Path:
+        """Turn returns and per-task advantages of every turn of the step: ``samples.jsonl``, written before the
+        update reads it."""
+        from kevin.training.step import SAMPLES_FILE, build_samples
+
+        with self._timed(step, "aggregate"):
+            samples = build_samples(self.trajectories(step), self.config.rewards, self.tokenizer)
+            return save_records(self._dir(step) / SAMPLES_FILE, samples)
+
+    def update(self, step: int) -> Path:
+        """The GRPO update on the step's samples (``train.grad_steps`` optimiser steps): ``update.json``."""
+        from kevin.training.step import SAMPLES_FILE
+
+        samples = load_records(self._dir(step) / SAMPLES_FILE, TrainingSample)
+        self.progress.phase(step, f"update: {len(samples)} samples, {self.config.train.grad_steps} optimiser steps")
+        with self._timed(step, "update"):
+            metrics = self.trainer.update(samples) if samples else []
+        return _write_json(self._dir(step) / "update.json", metrics)
+
+    def check_collapse(self, step: int) -> Path:
+        """Feed the step to the collapse monitor: ``monitor.json`` (its row and alerts). Each alert becomes a
+        Prefect event (``kevin.alerts``); a stop alert records the reason (MLflow tag; the flow's final state)."""
+        from kevin.alerts import emit_collapse_alert, stop_reason
+        from kevin.monitor import TRAIN_METRICS
+
+        with self._timed(step, "monitor"):
+            turns = [t for traj in self.trajectories(step) for t in traj.turns]
+            update = _read_json(self._dir(step) / "update.json")
+            # An update with nothing to train on (every advantage 0) measures no entropy or gradient: its zeros are
+            # not the policy's, so the monitor does not see them.
+            trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
+            train = {k: sum(m[k] for m in trained) / len(trained) for k in TRAIN_METRICS if trained and k in trained[0]}
+            alerts = self.monitor.observe(step, [t.response for t in turns], [t.truncated for t in turns], train,
+                                          token_counts=[t.response_tokens for t in turns],
+                                          turns=[t.turn for t in turns])
+            row = self.monitor.history[-1]
+            run_id = self.mlflow.get("run_id") or self.name
+            for alert in alerts:
+                emit_collapse_alert(alert, row, run_id=run_id, run_name=self.name, config=self.config.alerts)
+            stop = next((a for a in alerts if a.should_stop), None)
+            if stop is not None:
+                self.stop_reason = stop_reason(stop)
+                self.tracker.set_stop(self.stop_reason, step=step, metric=stop.metric)
+                self.progress.phase(step, f"STOP: {self.stop_reason}")
+            return _write_json(self._dir(step) / "monitor.json",
+                               {"row": row, "alerts": [a.to_dict() for a in alerts], "stop_reason": self.stop_reason})
+
+    def checkpoint(self, step: int) -> Path | None:
+        """Save everything a resume needs, every ``experiment.checkpoint_every`` steps, at the last step and when
+        the run stops; None when this step is not one of them."""
+        due = (step + 1) % self.config.experiment.checkpoint_every == 0 or step + 1 == self.steps or self.stop_reason
+        if not due:
+            return None
+        with self._timed(step, "checkpoint"):
+            state = getattr(self.policy, "state_dict", None)
+            extra = {"sampler": self.sampler.state_dict(), "monitor": self.monitor.state_dict(),
+                     "policy": state() if state is not None else None, "stop_reason": self.stop_reason}
+            path = self.trainer.save_checkpoint(self.out_dir / CHECKPOINTS_DIR, step, extra=extra)
+        self.progress.phase(step, f"checkpoint: {path}")
+        return path
+
+    def sync_weights(self, step: int) -> str:
+        """Hand the updated weights to the generation server (``openai`` backend); "" in-process."""
+        if self.weight_sync is None:
+            return ""
+        with self._timed(step, "sync"):
+            return self._push_weights(step + 1)
+
+    def _push_weights(self, version: int) -> str:
+        served = self.weight_sync.push(self.trainer, self.tokenizer, version)
+        log.info("weights version %d served: %s", version, served)
+        return served
+
+    def track(self, step: int) -> Path:
+        """The step's summary (``summary.json``), its report (``report.md``, also the Prefect artifact) and, once, its
+        MLflow metrics and artifacts. Built from the step's files, so it also works for a step finished before a
+        kill."""
+        from kevin.alerts import stop_reason as reason_of
+        from kevin.monitor import Alert
+        from kevin.tracking import summarize_step
+
+        folder = self._dir(step)
+        trajectories = self.trajectories(step)
+        samples = load_records(folder / "samples.jsonl", TrainingSample)
+        update = _read_json(folder / "update.json")
+        monitor = _read_json(folder / "monitor.json")
+        alerts = [Alert.from_dict(a) for a in monitor["alerts"]]
+        timings = _read_json(folder / "timings.json") if (folder / "timings.json").is_file() else {}
+        seconds = phase_seconds(timings)
+        report = step_report_markdown(self.name, step, self.steps, trajectories, samples, seconds, update,
+                                      monitor["row"], [a.message for a in alerts])
+        summary = {"step": step, "tasks": task_rows(trajectories), "turns": turn_rows(trajectories, samples),
+                   "verdicts": verdict_counts(trajectories), "seconds": seconds, "update": update,
+                   "monitor": monitor["row"], "alerts": [a.message for a in alerts],
+                   "stop_reason": next((reason_of(a) for a in alerts if a.should_stop), "")}
+        _write_json(folder / "summary.json", summary)
+        path = atomic_write_text(folder / "report.md", report)
+        if not (folder / TRACKED).is_file():
+            # perf/rollout_s with the rollout's response tokens gives the generation throughput in MLflow.
+            tracked_seconds = dict(seconds, rollout=sum(seconds.get(p, 0.0) for p in ("generate", "parse", "evaluate")))
+            record = summarize_step(step, trajectories, returns=[s.reward for s in samples], update_metrics=update,
+                                    monitor_row=monitor["row"], seconds=tracked_seconds)
+            self.tracker.log_step(record, trajectories=trajectories, alerts=alerts)
+            self.tracker.log_artifact(path, f"steps/step_{step:06d}")
+            atomic_write_text(folder / TRACKED, "")
+        self.progress.step_finished(step, step_lines(trajectories, samples, seconds, update, monitor["row"]))
+        return path
+
+    # ------------------------------------------------------------------------------------------ the end
+
+    def finished_steps(self) -> list[dict[str, Any]]:
+        """The summaries of every step that has one, in order."""
+        found = sorted((self.out_dir / STEPS_DIR).glob("step_*/summary.json"))
+        return [_read_json(p) for p in found]
+
+    def result(self) -> dict[str, Any]:
+        """What the run produced, as plain data (the flow's result; ``kevin train`` prints it)."""
+        from kevin.training.checkpoint import latest_checkpoint
+
+        summaries = self.finished_steps()
+        latest = latest_checkpoint(self.out_dir / CHECKPOINTS_DIR)
+        return {"experiment": self.name, "out_dir": str(self.out_dir), "steps": self.steps,
+                "steps_done": len(summaries), "stop_reason": self.stop_reason, **run_summary(summaries),
+                "checkpoint": str(latest) if latest else "", "mlflow": dict(self.mlflow)}
+
+    def close(self, error: BaseException | None = None) -> None:
+        """End the MLflow run (FINISHED; KILLED when stopped early or interrupted; FAILED on an error) and release
+        the evaluator's judges, the weight sync and the policy's connections."""
+        try:
+            if self.tracker is not None:
+                self.tracker.__exit__(type(error) if error else None, error, None)
+        finally:
+            for thing in (self.evaluator, self.weight_sync, self.policy):
+                closer = getattr(thing, "close", None)
+                if closer is not None:
+                    try:
+                        closer()
+                    except Exception:  # one failing close must not keep the others open
+                        log.exception("closing %s failed", type(thing).__name__)
+
+    def done(self, step: int) -> bool:
+        """Whether the run ends before ``step`` (it stopped, or ran every step)."""
+        return bool(self.stop_reason) or step >= self.steps
+
+    @property
+    def turns(self) -> int:
+        return self.config.rollout.turns
+
+    def step_files(self, step: int) -> Mapping[str, Path]:
+        """The step's folder and main files (for the flow's artifacts and logs)."""
+        folder = self._dir(step)
+        return {"folder": folder, "rollout": folder / "rollout", "report": folder / "report.md"}

@@ -1,0 +1,106 @@
+"""Batches of training tasks: balanced across levels, seeded, no task twice in an epoch, resumable.
+
+An epoch is one pass over every training task. Its order (``epoch_order``) is a pure function of the task ids,
+the seed and the epoch number: each level's tasks are shuffled with a generator seeded by (seed, epoch, level),
+then the levels are interleaved in proportion to their sizes, so any run of consecutive tasks holds the levels
+in their shares (with 20 + 20 tasks: L1, L2, L1, L2, ...; a batch of 8 takes 4 of each). Batches are
+consecutive slices of that order. The last batch of an epoch takes what is left and tops up from the start of
+the next epoch's order, skipping tasks it already holds, so a batch never repeats a task and every task is
+drawn exactly once per epoch (an epoch's first batch may be shared with the end of the one before).
+
+The sampler's state is the epoch number and the tasks already drawn in it: a checkpoint stores
+``state_dict()`` and a resumed run draws the same batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+__all__ = ["TaskSampler", "epoch_order", "interleave_levels"]
+
+
+def interleave_levels(by_level: Mapping[int, Sequence[str]]) -> list[str]:
+    """The levels' lists merged so each level is spread evenly: a task at index i of a level of n tasks sits at
+    fraction (i + 0.5) / n of the merged list (ties go to the lower level). Equal sizes alternate exactly."""
+    keyed = [((i + 0.5) / len(ids), level, task_id)
+             for level, ids in by_level.items() for i, task_id in enumerate(ids)]
+    return [task_id for _, _, task_id in sorted(keyed)]
+
+
+def epoch_order(by_level: Mapping[int, Sequence[str]], seed: int, epoch: int) -> list[str]:
+    """Every task once, in the order of ``epoch``: each level shuffled (seeded by seed, epoch and level; the ids
+    are sorted first, so the order given does not matter), then the levels interleaved by size."""
+    shuffled: dict[int, list[str]] = {}
+    for level in sorted(by_level):
+        ids = sorted(by_level[level])
+        # A string seed is hashed with SHA-512 by random.Random: stable across processes and Python versions.
+        random.Random(f"kevin-sampler:{seed}:{epoch}:{level}").shuffle(ids)
+        shuffled[level] = ids
+    return interleave_levels(shuffled)
+
+
+@dataclass
+class TaskSampler:
+    """Draws ``batch_size`` task ids per training step from ``by_level`` ({level: task ids})."""
+
+    by_level: dict[int, list[str]]
+    batch_size: int
+    seed: int = 0
+    epoch: int = 0
+    """The epoch the next batch starts in."""
+    drawn: list[str] = field(default_factory=list)
+    """Tasks of the current epoch already drawn, in draw order."""
+
+    def __post_init__(self) -> None:
+        self.by_level = {int(level): list(ids) for level, ids in self.by_level.items() if ids}
+        ids = [t for group in self.by_level.values() for t in group]
+        if not ids:
+            raise ValueError("the task sampler needs at least one training task; check the split's train tasks")
+        repeated = sorted({t for t in ids if ids.count(t) > 1})
+        if repeated:
+            raise ValueError(f"task ids must be unique across levels; repeated: {repeated}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"tasks per batch must be a positive integer, got {self.batch_size!r}")
+        if self.batch_size > len(ids):
+            raise ValueError(f"{self.batch_size} tasks per batch but the split has only {len(ids)} training tasks; "
+                             "lower experiment.tasks_per_batch or train on more tasks")
+
+    @property
+    def task_ids(self) -> list[str]:
+        return sorted(t for group in self.by_level.values() for t in group)
+
+    def _order(self, epoch: int) -> list[str]:
+        return epoch_order(self.by_level, self.seed, epoch)
+
+    def next_batch(self) -> list[str]:
+        """The next batch (draw order); advances the state."""
+        used = set(self.drawn)
+        left = [t for t in self._order(self.epoch) if t not in used]
+        batch = left[:self.batch_size]
+        self.drawn += batch
+        if len(batch) < self.batch_size or len(self.drawn) == len(self.task_ids):
+            # The epoch is used up: the rest of the batch opens the next epoch (without the tasks it holds).
+            self.epoch += 1
+            self.drawn = []
+            taken = set(batch)
+            top_up = [t for t in self._order(self.epoch) if t not in taken][:self.batch_size - len(batch)]
+            self.drawn = top_up
+            batch += top_up
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for a checkpoint (the task ids too, so a resume can tell the split changed)."""
+        return {"seed": self.seed, "batch_size": self.batch_size, "epoch": self.epoch, "drawn": list(self.drawn),
+                "task_ids": self.task_ids}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state_dict()``; refuses a state drawn from other tasks, seed or batch size."""
+        for key, mine in (("task_ids", self.task_ids), ("seed", self.seed), ("batch_size", self.batch_size)):
+            if state.get(key) != mine:
+                raise ValueError(f"the checkpoint's task sampler was drawing with another {key} ({state.get(key)!r}, "
+                                 f"this run has {mine!r}); resume with the split and experiment settings it started "
+                                 "with, or start a new run")
+        self.epoch = int(state["epoch"])
+        self.drawn = list(state["drawn"])

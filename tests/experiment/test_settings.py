@@ -1,0 +1,70 @@
+"""The experiment section, the policy's new settings and how a run picks its weight sync: validated, with errors
+that say what to do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kevin.config import RunConfig
+from kevin.experiment.config import ExperimentConfig
+from kevin.experiment.policies import sync_mode, weights_folder
+from tests.conftest import REPO
+
+
+def test_profiles_layer_over_params_yaml():
+    run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"], ["experiment.steps=3"])
+    assert (run.experiment.name, run.experiment.steps, run.train.total_steps) == ("cpu-demo", 3, 3)
+    assert run.rollout.trajectories == 2 and run.max_response_tokens == run.sampling.max_new_tokens == 256
+    assert run.train.lr == 2e-6  # params.yaml's value, which the profile leaves alone
+    gpu = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "gpu.yaml"], ["policy.model=/models/q"])
+    assert gpu.backend == gpu.evaluation.backend == "cuda" and gpu.rollout.trajectories == 16
+    assert gpu.experiment.tasks_per_batch == 8 and gpu.max_response_tokens == 16384
+    with pytest.raises(ValueError, match=r"train.total_steps is 5 but experiment.steps is 40"):
+        RunConfig.from_dict({"train": {"total_steps": 5}})
+
+
+def test_the_output_folder():
+    assert ExperimentConfig(name="g-0.8").resolved_output_dir("/p") == Path("/p/outputs/g-0.8")
+    assert ExperimentConfig(output_dir="runs/x").resolved_output_dir("/p") == Path("/p/runs/x")
+    assert ExperimentConfig(output_dir="/abs").resolved_output_dir("/p") == Path("/abs")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"name": "a b"}, "letters, digits"),
+    ({"name": ""}, "letters, digits"),
+    ({"steps": 0}, "experiment.steps must be a positive integer"),
+    ({"tasks_per_batch": True}, "tasks_per_batch must be a positive integer"),
+    ({"generation_retries": -1}, "generation_retries must be an integer >= 0"),
+    ({"retry_delay_s": float("nan")}, "retry_delay_s must be a number of seconds"),
+    ({"torch_threads": -1}, "torch_threads must be an integer >= 0"),
+    ({"stepz": 1}, r"unknown experiment settings: \['stepz'\]"),
+])
+def test_bad_experiment_settings(settings, message):
+    with pytest.raises(ValueError, match=message):
+        ExperimentConfig.from_dict(settings)
+
+
+@pytest.mark.parametrize("policy, message", [
+    ({"weight_sync": "nccl"}, "policy.weight_sync must be one of"),
+    ({"wrap": "module_without_function"}, "policy.wrap must be 'module:function'"),
+])
+def test_bad_policy_settings(policy, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig.from_dict({"policy": policy})
+
+
+def test_how_a_server_gets_the_weights(tmp_path):
+    served = {"backend": "openai", "model": str(tmp_path)}
+    assert sync_mode(RunConfig.from_dict({"policy": served})) == "folder"
+    assert sync_mode(RunConfig.from_dict({"policy": served, "train": {"lora": True}})) == "lora"
+    assert sync_mode(RunConfig.from_dict({"policy": {**served, "weight_sync": "full"}})) == "full"
+    assert sync_mode(RunConfig()) == ""  # in-process: the trainer's model generates
+    with pytest.raises(ValueError, match="train.lora is false"):
+        sync_mode(RunConfig.from_dict({"policy": {**served, "weight_sync": "lora"}}))
+    with pytest.raises(ValueError, match="use weight_sync lora"):
+        sync_mode(RunConfig.from_dict({"policy": {**served, "weight_sync": "folder"}, "train": {"lora": True}}))
+    assert weights_folder(RunConfig.from_dict({"policy": served})) == str(tmp_path)
+    with pytest.raises(ValueError, match="set policy.weights to the folder the server was started from"):
+        weights_folder(RunConfig.from_dict({"policy": {"backend": "openai", "model": "Qwen/QwQ-32B"}}))
