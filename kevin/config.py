@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 from kevin.alerts import AlertConfig
+from kevin.evaluation.cluster import ClusterConfig
 from kevin.evaluation.config import EvalConfig
 from kevin.experiment.config import ExperimentConfig
 from kevin.monitor import MonitorConfig
@@ -56,7 +57,8 @@ class RunConfig(Settings):
 
     section = "run"
     SECTION_CLASSES: ClassVar[dict[str, type]] = {
-        "experiment": ExperimentConfig, "evaluation": EvalConfig, "policy": PolicyConfig, "sampling": SamplingConfig,
+        "experiment": ExperimentConfig, "evaluation": EvalConfig, "cluster": ClusterConfig, "policy": PolicyConfig,
+        "sampling": SamplingConfig,
         "openai": OpenAIConfig, "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig,
         "monitor": MonitorConfig, "splits": SplitConfig, "tracking": TrackingConfig, "alerts": AlertConfig,
     }
@@ -85,6 +87,8 @@ class RunConfig(Settings):
     """The training run: name, output folder, steps, task batches, checkpoints (``kevin/experiment/config.py``)."""
     evaluation: EvalConfig = field(default_factory=dict)  # type: ignore[assignment]
     """The evaluator (``kevin/evaluation/config.py``)."""
+    cluster: ClusterConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """Evaluation spread over a Ray cluster (``kevin/evaluation/cluster.py``; off: this machine's evaluator)."""
     policy: PolicyConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Which model generates, through which backend."""
     sampling: SamplingConfig = field(default_factory=dict)  # type: ignore[assignment]

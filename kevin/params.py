@@ -21,8 +21,8 @@ import yaml
 from kevin.evaluation.config import EvalConfig
 from kevin.experiment.config import ExperimentConfig
 
-SECTIONS = ("experiment", "evaluation", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor", "splits",
-            "tracking", "alerts")
+SECTIONS = ("experiment", "evaluation", "cluster", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor",
+            "splits", "tracking", "alerts")
 """The sections of params.yaml, one config dataclass each (``kevin.config.RunConfig`` composes them)."""
 
 SHARED_DEFAULTS: dict[str, Any] = {

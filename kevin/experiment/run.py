@@ -136,7 +136,7 @@ class TrainingRun:
     def open(self) -> int:
         """Build (or, resuming, restore) everything; returns the first step to run."""
         from kevin.alerts import ensure_collapse_automation
-        from kevin.evaluation import Evaluator
+        from kevin.evaluation.cluster import batch_evaluator
         from kevin.experiment.policies import build_policy, load_model, resolve_wrap, sync_mode
         from kevin.monitor import CollapseMonitor
         from kevin.tasks.sampler import TaskSampler
@@ -162,7 +162,7 @@ class TrainingRun:
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
         if cfg.policy.wrap:
             self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
-        self.evaluator = Evaluator(cfg.evaluation)
+        self.evaluator = batch_evaluator(cfg.evaluation, cfg.cluster)
         self.monitor = CollapseMonitor(cfg.monitor)
         if self.resume:
             self._restore()
