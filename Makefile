@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= cpu
 RUN_CONFIG ?= configs/cpu.yaml
-export KEVIN_CACHE_DIR ?= $(CURDIR)/.cache/kevin
+# The compile/baseline cache is KEVIN_CACHE_DIR, default ~/.cache/kevin, the same with or without make (keys hold
+# no paths, so a copied cache is reused too).
 
 .PHONY: run suite test test-gpu venv clean
 
@@ -34,4 +35,4 @@ test-gpu: venv
 	$(PY) -m pytest -q -m gpu tests
 
 clean:
-	rm -rf $(VENV) .cache outputs mlflow.db mlartifacts
+	rm -rf $(VENV) outputs mlflow.db mlartifacts
