@@ -73,6 +73,7 @@ def test_every_bundled_cuda_reference_compiles_on_the_narrow_header_path(tmp_pat
     ("__global__ static void __attribute__((noinline)) k5(int n)", ["k5"]),
     ("// __global__ void fake(int)\n/* __global__ void fake2(int) */ __global__ void real(int)", ["real"]),
     ("__global__ void __cluster_dims__(2, 1, 1) k6(float* x)", ["k6"]),
+    ("#define BOUNDS __launch_bounds__(256)\n__global__ void BOUNDS k7(float* x)", ["k7"]),  # behind a macro
 ])
 def test_kernel_names_see_through_attributes_and_comments(source, names):
     # An attribute read as the kernel's name made every honest kernel declared with
