@@ -130,6 +130,12 @@ def train_cmd(
     overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
                                                   help="override a setting, e.g. --set experiment.steps=2 (repeatable)"),
     resume: bool = typer.Option(False, "--resume", help="continue the experiment's run from its newest checkpoint"),
+    restart_if_changed: bool = typer.Option(
+        False, "--restart-if-changed",
+        help="with --resume: a run in the output folder started with other settings is removed and a new one starts "
+             "(the DVC train stage: a changed parameter means a new run, the same ones a resume)"),
+    metrics: Optional[Path] = typer.Option(None, help="write the run's metrics here (JSON) when it ends"),
+    curve: Optional[Path] = typer.Option(None, help="write the run's per-step curve here (CSV) when it ends"),
     verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
 ) -> None:
     """Train: run the Prefect training flow in this process (no server needed) and print its results."""
@@ -147,6 +153,13 @@ def train_cmd(
     except (ValueError, FileNotFoundError) as exc:
         _die(str(exc))
     out_dir = config.experiment.resolved_output_dir(Path.cwd())
+    if restart_if_changed:
+        if not resume:
+            _die("--restart-if-changed goes with --resume (it decides whether the run found is resumed)")
+        from kevin.pipeline import prepare_output_dir
+
+        if out_dir.exists() and not prepare_output_dir(out_dir, config.params_dict()):
+            typer.echo(f"{out_dir}: no run with these settings to resume; starting a new one", err=True)
     if existing_run(out_dir) and not resume:
         _die(f"{out_dir} already holds a run of experiment {config.experiment.name!r}; continue it with --resume, or "
              "name this one differently (--set experiment.name=...)")
@@ -160,6 +173,14 @@ def train_cmd(
     from kevin.experiment.report import print_results
 
     print_results(state.result(), progress.console, stopped=state.name == "Stopped")
+    if metrics is not None or curve is not None:
+        from kevin.pipeline import CURVE_FIELDS, read_step_summaries, train_curve, train_metrics, write_csv, write_json
+
+        summaries = read_step_summaries(out_dir)
+        if metrics is not None:
+            write_json(metrics, train_metrics(summaries))
+        if curve is not None:
+            write_csv(curve, train_curve(summaries), CURVE_FIELDS)
 
 
 def _quiet_libraries(verbose: bool) -> None:
@@ -217,6 +238,116 @@ def suite_cmd(
     write_summary(out, results)
     print_summary(results)
     typer.echo(f"results: {out / 'results.jsonl'}  summary: {out / 'summary.json'}")
+
+
+@app.command("baseline")
+def baseline_cmd(
+    split: Path = typer.Option(..., help="a split file written by `split`: its train and eval tasks are timed"),
+    out: Path = typer.Option(..., help="the baselines file (JSON keyed by hardware; other machines' entries are kept)"),
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="params files with the evaluation settings (repeat to layer; default: params.yaml)"),
+) -> None:
+    """Time the PyTorch eager reference of every task of a split on this machine (the speedups' denominators).
+    The timings also land in the evaluator's cache, so the training run does not time them again."""
+    import importlib.metadata as md
+
+    from kevin.evaluation import Evaluator
+    from kevin.pipeline import baseline_entry, merge_baselines, write_json
+    from kevin.tasks import TaskError, load_tasks, read_split
+
+    try:
+        chosen = read_split(split)
+        wanted = {e.task_id for e in (*chosen.train, *chosen.eval)}
+        task_list = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in wanted]
+    except (TaskError, FileNotFoundError, ValueError) as exc:
+        _die(str(exc))
+    from kevin.config import RunConfig
+
+    try:
+        cfg = RunConfig.from_files([str(p) for p in params] if params else ["params.yaml"]).evaluation
+        evaluator = Evaluator(cfg)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _die(str(exc))
+    with evaluator:
+        evaluator.prefetch_baselines(task_list)
+        times, failed = {}, []
+        for task in task_list:
+            try:
+                times[task.task_id] = evaluator.baseline_ms(task)
+            except RuntimeError as exc:
+                failed.append(f"{task.task_id}: {exc}")
+    if failed:
+        typer.echo("error: the reference of these tasks could not be timed:\n  " + "\n  ".join(failed), err=True)
+        raise typer.Exit(1)
+    entry = baseline_entry(times, backend=cfg.backend, profile=cfg.resolved_profile, torch_version=md.version("torch"),
+                           threads=cfg.cpu_threads, timing_trials=cfg.timing_trials)
+    previous = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+    write_json(out, merge_baselines(previous, evaluator.hardware, entry))
+    typer.echo(f"{len(times)} reference timings on {evaluator.hardware} ({cfg.backend}) written to {out}")
+
+
+@app.command("sft")
+def sft_cmd(
+    split: Path = typer.Option(..., help="a split file written by `split`: the warm start learns its train tasks"),
+    out: Path = typer.Option(..., help="folder for sft.json and, when sft.enabled, the fine-tuned model (OUT/model)"),
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="params files (repeat to layer; default: params.yaml)"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE", help="override a setting"),
+) -> None:
+    """The optional warm start (the `sft` section): fine-tune the policy on the train split's reference solutions,
+    in the answer format the prompts ask for. With sft.enabled false it only records that it did nothing."""
+    import dataclasses
+
+    from kevin.config import RunConfig
+    from kevin.pipeline import write_json
+
+    try:
+        config = RunConfig.from_files([str(p) for p in params] if params else ["params.yaml"], list(overrides or []))
+    except (ValueError, FileNotFoundError) as exc:
+        _die(str(exc))
+    out.mkdir(parents=True, exist_ok=True)
+    if not config.sft.enabled:
+        write_json(out / "sft.json", {"enabled": False})
+        typer.echo("sft.enabled is false: no warm start (training starts from the policy's own weights)")
+        return
+    from kevin.experiment.policies import load_model
+    from kevin.tasks import TaskError, load_tasks, read_split
+    from kevin.training.sft import run_sft, sft_examples
+
+    try:
+        chosen = read_split(split)
+        train_ids = {e.task_id for e in chosen.train}
+        tasks = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in train_ids]
+        examples = sft_examples(tasks, config.backend, profile=config.profile,
+                                system_prompt=config.rollout.system_prompt,
+                                include_example=config.rollout.include_example)
+        base = dataclasses.replace(config, sft=dataclasses.replace(config.sft, enabled=False))
+        model, tokenizer = load_model(base)
+    except (TaskError, FileNotFoundError, ValueError) as exc:
+        _die(str(exc))
+    metrics = run_sft(config.sft, model, tokenizer, examples, out)
+    write_json(out / "sft.json", {"enabled": True, **metrics})
+    typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, loss {metrics['train_loss']:.4f}; "
+               f"model in {out / 'model'}")
+
+
+@app.command("report")
+def report_cmd(
+    train_metrics: Path = typer.Option(..., "--train", help="the train stage's metrics (JSON)"),
+    evaluation: Optional[Path] = typer.Option(None, "--evaluation", help="the evaluate stage's metrics (JSON), if any"),
+    out: Path = typer.Option(..., help="folder for metrics.json (train and evaluation side by side) and report.md"),
+    name: str = typer.Option("kevin", help="the experiment's name, the report's title"),
+) -> None:
+    """The pipeline's report: the train and evaluation metrics in one JSON and one markdown page."""
+    from kevin.pipeline import report_markdown, write_json
+
+    if not train_metrics.is_file():
+        _die(f"no such metrics file: {train_metrics}")
+    train = json.loads(train_metrics.read_text(encoding="utf-8"))
+    found = json.loads(evaluation.read_text(encoding="utf-8")) if evaluation and evaluation.is_file() else None
+    write_json(out / "metrics.json", {"train": train, **({"evaluation": found} if found else {})})
+    (out / "report.md").write_text(report_markdown(train, found, name), encoding="utf-8")
+    typer.echo(f"report: {out / 'report.md'}  metrics: {out / 'metrics.json'}")
 
 
 @app.command("tasks")

@@ -41,6 +41,7 @@ from kevin.settings import Settings
 from kevin.tasks.splits import SplitConfig
 from kevin.tracking import TrackingConfig
 from kevin.training.config import TrainConfig
+from kevin.training.sft import SFTConfig
 
 __all__ = ["RunConfig", "eval_config_from_params", "read_params"]
 
@@ -61,6 +62,7 @@ class RunConfig(Settings):
         "sampling": SamplingConfig,
         "openai": OpenAIConfig, "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig,
         "monitor": MonitorConfig, "splits": SplitConfig, "tracking": TrackingConfig, "alerts": AlertConfig,
+        "sft": SFTConfig,
     }
 
     backend: str = SHARED_DEFAULTS["backend"]
@@ -109,6 +111,8 @@ class RunConfig(Settings):
     """MLflow tracking of the run (``kevin/tracking.py``)."""
     alerts: AlertConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Where collapse alerts go (``kevin/alerts.py``)."""
+    sft: SFTConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """The optional supervised warm start before RL (``kevin/training/sft.py``; off, as in the paper)."""
 
     def __post_init__(self) -> None:
         self._check_shared()

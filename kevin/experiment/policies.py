@@ -45,11 +45,25 @@ def model_label(config: RunConfig) -> str:
     return config.policy.model
 
 
-def load_model(config: RunConfig) -> tuple[Any, Any]:
+def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, Any]:
     """(model, tokenizer) the trainer will update, in float32 on the CPU (the trainer moves it to its device and
-    keeps float32 master weights)."""
+    keeps float32 master weights). With ``sft.enabled`` that is the warm-started model the sft stage wrote."""
     import torch
 
+    if config.sft.enabled:
+        from kevin.training.sft import sft_model_dir
+
+        if config.policy.backend == "openai":
+            raise ValueError("sft.enabled warm-starts an in-process policy (backend embedded or hf); for a served "
+                             "model, serve the fine-tuned folder and set policy.weights to it instead")
+        folder = sft_model_dir(config.sft, project_dir)
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"sft.enabled is true but {folder} holds no model: run the warm start first "
+                             "(`dvc repro sft`, or `python -m kevin.cli sft --out OUTPUT_DIR`)")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        return AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval(), tokenizer
     if config.policy.backend == "embedded":
         from kevin.policy.embedded import load_embedded
 

@@ -157,7 +157,7 @@ class TrainingRun:
         for task in tasks:
             by_level.setdefault(task.level, []).append(task.task_id)
         self.sampler = TaskSampler(by_level, cfg.experiment.tasks_per_batch, cfg.experiment.seed)
-        model, self.tokenizer = load_model(cfg)
+        model, self.tokenizer = load_model(cfg, self.project_dir)
         self.trainer = GRPOTrainer(model, cfg.train, tokenizer=self.tokenizer)
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
         if cfg.policy.wrap:

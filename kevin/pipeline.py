@@ -1,0 +1,151 @@
+"""What the DVC stages write besides the library's own outputs: the train stage's metrics and curves, the baseline
+stage's reference timings keyed by hardware, the report stage's summary, and whether a train stage re-run may
+resume the run it finds (``dvc.yaml``; docs/pipeline.md).
+
+The metric functions are pure: they read the per-step ``summary.json`` records a training run writes
+(``kevin.experiment.run``) and return plain data, so ``dvc metrics diff`` and ``dvc exp show`` compare runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["baseline_entry", "merge_baselines", "prepare_output_dir", "read_step_summaries", "report_markdown",
+           "train_curve", "train_metrics", "write_csv", "write_json"]
+
+CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
+"""Columns of the train stage's per-step curve (``outputs/train/plots/steps.csv``)."""
+
+
+def _weighted_mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
+    """Mean of ``key`` over the kernels the rows stand for (each row is a turn: ``kernels`` of them)."""
+    kernels = sum(int(r["kernels"]) for r in rows)
+    return sum(float(r[key]) * int(r["kernels"]) for r in rows) / kernels if kernels else 0.0
+
+
+def train_metrics(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The run's metrics from its steps' summaries (in step order): steps done, kernels, correct kernels and their
+    share, the mean kernel score over the whole run, per turn (``score_mean_turn_N``, 1-based) and at the last
+    step, and the kernels per verdict."""
+    turns = [row for s in summaries for row in s["turns"]]
+    kernels = sum(int(r["kernels"]) for r in turns)
+    correct = sum(int(r["correct"]) for r in turns)
+    metrics: dict[str, Any] = {
+        "steps_done": len(summaries), "kernels": kernels, "correct": correct,
+        "correct_share": correct / kernels if kernels else 0.0,
+        "score_mean": _weighted_mean(turns, "score_mean"),
+        "score_mean_last_step": _weighted_mean(summaries[-1]["turns"], "score_mean") if summaries else 0.0,
+    }
+    for index in sorted({int(r["turn"]) for r in turns}):
+        metrics[f"score_mean_turn_{index + 1}"] = _weighted_mean([r for r in turns if int(r["turn"]) == index],
+                                                                 "score_mean")
+    verdicts: dict[str, int] = {}
+    for s in summaries:
+        for status, count in s["verdicts"].items():
+            verdicts[status] = verdicts.get(status, 0) + int(count)
+    metrics["verdicts"] = verdicts
+    return metrics
+
+
+def train_curve(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per step (``CURVE_FIELDS``): kernels, correct kernels and share, mean kernel score, mean turn return."""
+    rows = []
+    for s in summaries:
+        kernels = sum(int(r["kernels"]) for r in s["turns"])
+        correct = sum(int(r["correct"]) for r in s["turns"])
+        rows.append({"step": int(s["step"]), "kernels": kernels, "correct": correct,
+                     "correct_share": correct / kernels if kernels else 0.0,
+                     "score_mean": _weighted_mean(s["turns"], "score_mean"),
+                     "return_mean": _weighted_mean(s["turns"], "return_mean")})
+    return rows
+
+
+def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:
+    """Every finished step's ``summary.json`` of the run in ``out_dir``, in step order."""
+    found = sorted((Path(out_dir) / "steps").glob("step_*/summary.json"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in found]
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def write_csv(path: str | Path, rows: Sequence[Mapping[str, Any]], fields: Sequence[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(fields))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def prepare_output_dir(out_dir: str | Path, params: Mapping[str, Any]) -> bool:
+    """Before a train stage (re-)run: True when ``out_dir`` holds a run started with exactly ``params`` (the run's
+    ``params_dict()``), which the stage then resumes (``persist: true`` keeps it across ``dvc repro``). A run
+    started with other settings (DVC re-runs the stage because a parameter changed) is removed first: resuming
+    it would mix two experiments in one run. False when there is nothing to resume."""
+    import yaml
+
+    out_dir = Path(out_dir)
+    config_file = out_dir / "config.yaml"
+    if not config_file.is_file():
+        return False
+    # The same normalisation the run applies when it writes config.yaml (JSON round trip: tuples become lists).
+    wanted = json.loads(json.dumps(dict(params), default=str))
+    if yaml.safe_load(config_file.read_text(encoding="utf-8")) == wanted:
+        return True
+    shutil.rmtree(out_dir)
+    return False
+
+
+def baseline_entry(times_ms: Mapping[str, float], *, backend: str, profile: str, torch_version: str,
+                   threads: int, timing_trials: int) -> dict[str, Any]:
+    """One hardware's PyTorch eager timings of the split's tasks, with what they depend on."""
+    return {"backend": backend, "profile": profile, "torch": torch_version, "threads": threads,
+            "timing_trials": timing_trials, "ms": {k: float(times_ms[k]) for k in sorted(times_ms)}}
+
+
+def merge_baselines(previous: Mapping[str, Any], hardware: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The baselines file keyed by hardware: ``previous`` with this hardware's entry replaced (the timings of other
+    machines are kept: one file compares them)."""
+    merged = {k: v for k, v in previous.items() if k != hardware}
+    merged[hardware] = dict(entry)
+    return dict(sorted(merged.items()))
+
+
+def report_markdown(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None, experiment: str) -> str:
+    """The report stage's summary: the train metrics, and the evaluation's when the evaluate stage wrote them."""
+    lines = [f"# {experiment}", "", "## Training", "", "| metric | value |", "|---|---|"]
+    lines += [f"| {k} | {_fmt(v)} |" for k, v in train.items() if k != "verdicts"]
+    if train.get("verdicts"):
+        lines += ["", "verdicts: " + ", ".join(f"{k} {v}" for k, v in train["verdicts"].items())]
+    lines += ["", "## Evaluation", ""]
+    if evaluation:
+        lines += ["| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {_fmt(v)} |" for k, v in _flatten(evaluation).items()]
+    else:
+        lines.append("(no evaluation metrics: the evaluate stage has not run)")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

@@ -1,0 +1,144 @@
+"""An optional warm start before RL: supervised fine-tuning on the train split's reference solutions.
+
+A small model rarely writes a kernel the parser can read, so its first RL steps have nothing to learn from. The
+warm start shows it, for every train task, the first-turn prompt the rollout asks (``kevin.rollout.prompts``) and
+an answer in the requested shape: a few lines of reasoning, the task's bundled reference solution in one
+```python block, then a short summary (``kevin.rollout.parsing`` reads it back to that solution). TRL's
+``SFTTrainer`` trains on the answer tokens only (prompt-completion data). The paper starts RL without it; here it
+is the ``sft`` section of params.yaml, off by default, and an ablation (``-S sft.enabled=true``).
+
+    examples = sft_examples(tasks, backend="cpu")          # [{"prompt": [...], "completion": [...]}]
+    run_sft(config, model, tokenizer, examples, "outputs/sft")   # writes outputs/sft/model
+
+torch, transformers, datasets and trl are imported inside the functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from kevin.settings import Settings
+from kevin.tasks.task import Task
+
+__all__ = ["MODEL_DIR", "SFTConfig", "reasoning_text", "sft_examples", "sft_model_dir", "summary_text", "run_sft"]
+
+MODEL_DIR = "model"
+"""The fine-tuned model's folder inside ``sft.output_dir``."""
+
+
+@dataclass
+class SFTConfig(Settings):
+    """The ``sft`` section: the optional supervised warm start before RL."""
+
+    section = "sft"
+
+    enabled: bool = False
+    """Fine-tune the policy on the train split's reference solutions before RL, and train from the result (the
+    paper: off)."""
+
+    output_dir: str = "outputs/sft"
+    """Where the warm start writes (``<output_dir>/model``: the model the training run then starts from); relative
+    paths are under the project folder."""
+
+    epochs: float = 2.0
+    """Passes over the train tasks' examples."""
+
+    lr: float = 1.0e-5
+    """Peak learning rate (AdamW, linear decay)."""
+
+    batch_size: int = 1
+    """Examples per optimiser step (per device)."""
+
+    max_length: int = 4096
+    """Tokens of prompt plus answer kept per example (longer ones are cut at the end)."""
+
+    seed: int = 0
+    """Seed of the data order and of any randomness in the model."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"sft.enabled must be true or false, got {self.enabled!r}")
+        if not isinstance(self.output_dir, str) or not self.output_dir.strip():
+            raise ValueError("sft.output_dir must name a folder, e.g. outputs/sft")
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, (int, float)) or not (
+                math.isfinite(self.epochs) and self.epochs > 0):
+            raise ValueError(f"sft.epochs must be a positive number of passes, got {self.epochs!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not (math.isfinite(self.lr)
+                                                                                      and self.lr > 0):
+            raise ValueError(f"sft.lr must be a positive learning rate such as 1.0e-5 (YAML reads 1e-5 as text), "
+                             f"got {self.lr!r}")
+        for name in ("batch_size", "max_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"sft.{name} must be a positive integer, got {value!r}")
+
+
+def sft_model_dir(config: SFTConfig, project_dir: str | Path = ".") -> Path:
+    """The folder of the warm-started model (``<output_dir>/model``, relative paths under ``project_dir``)."""
+    root = Path(config.output_dir)
+    return (root if root.is_absolute() else Path(project_dir) / root) / MODEL_DIR
+
+
+def reasoning_text(task: Task, backend: str) -> str:
+    """The reasoning of a warm-start answer: what the reference computes and the plan (no model wrote it, so it
+    only states the approach every reference solution takes)."""
+    target = "one CUDA kernel per step, compiled inline" if backend == "cuda" else "plain C++ loops, compiled inline"
+    return (f"The reference `Model` of {task.task_id} computes its forward with PyTorch operators. I replace that "
+            f"forward with {target} by load_inline, computing the same outputs from raw pointers, and keep the "
+            "constructor and forward signatures.")
+
+
+def summary_text(backend: str) -> str:
+    """The summary after the code block of a warm-start answer."""
+    where = "CUDA kernels" if backend == "cuda" else "C++ loops"
+    return (f"The solution computes the forward with {where} over contiguous float buffers; Python only allocates "
+            "the outputs and calls the compiled functions.")
+
+
+def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", system_prompt: str = "",
+                 include_example: bool = True) -> list[dict[str, Any]]:
+    """One conversational prompt-completion example per task that has a bundled reference solution: the
+    first-turn messages the rollout sends, and the answer (reasoning, the reference in a ```python block, a
+    summary). Raises FileNotFoundError naming the tasks without a reference."""
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.rollout.replay import replay_response
+    from kevin.tasks import bundled_solution_path
+
+    builder = PromptBuilder(backend, profile=profile, include_example=include_example, system_prompt=system_prompt)
+    missing = [t.task_id for t in tasks if not bundled_solution_path(t, backend).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no bundled {backend} reference solution for {missing}")
+    examples = []
+    for task in tasks:
+        source = bundled_solution_path(task, backend).read_text(encoding="utf-8")
+        answer = f"{reasoning_text(task, backend)}\n\n{replay_response(source, summary_text(backend))}"
+        examples.append({"prompt": builder.messages(task, []), "completion": [{"role": "assistant", "content": answer}]})
+    return examples
+
+
+def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
+            out_dir: str | Path) -> dict[str, Any]:
+    """Fine-tune ``model`` on ``examples`` with TRL's ``SFTTrainer`` (loss on the answers only) and save the model
+    and tokenizer to ``<out_dir>/model``. Returns the training metrics (``train_loss``, ``steps``, ``examples``)."""
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig as TRLConfig
+    from trl import SFTTrainer
+
+    out_dir = Path(out_dir)
+    args = TRLConfig(
+        output_dir=str(out_dir / "trainer"), num_train_epochs=float(config.epochs), learning_rate=float(config.lr),
+        per_device_train_batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
+        completion_only_loss=True, save_strategy="no", report_to=[], logging_steps=1, disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(list(examples)),
+                         processing_class=tokenizer)
+    result = trainer.train()
+    folder = out_dir / MODEL_DIR
+    trainer.model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return {"train_loss": float(result.training_loss), "steps": int(result.global_step), "examples": len(examples)}
