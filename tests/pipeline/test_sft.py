@@ -1,0 +1,105 @@
+"""The warm start: examples in the answer format the rollout parses, and a real TRL SFTTrainer run on a tiny model
+that makes the answers more likely and is what the training run then loads."""
+
+from __future__ import annotations
+
+import pytest
+
+TASKS = ("level1/01_relu", "level1/03_sigmoid")
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    from kevin.tasks import find_task, load_bundled_suite
+
+    suite = load_bundled_suite()
+    return [find_task(suite, t) for t in TASKS]
+
+
+def test_each_example_is_the_first_turn_prompt_and_an_answer_the_parser_reads_back_to_the_reference(tasks):
+    from kevin.rollout.parsing import parse_response
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.tasks import bundled_solution_path
+    from kevin.training.sft import reasoning_text, sft_examples, summary_text
+
+    examples = sft_examples(tasks, "cpu")
+    assert len(examples) == 2
+    for task, example in zip(tasks, examples):
+        assert example["prompt"] == PromptBuilder("cpu").messages(task, [])
+        (answer,) = example["completion"]
+        assert answer["role"] == "assistant"
+        parsed = parse_response(answer["content"])
+        assert not parsed.parse_error
+        assert parsed.kernel.strip() == bundled_solution_path(task, "cpu").read_text().strip()
+        assert parsed.reasoning.strip() == reasoning_text(task, "cpu")
+        assert parsed.summary.strip() == summary_text("cpu")
+
+
+def test_tasks_without_a_reference_are_named(tasks, tmp_path):
+    import dataclasses
+
+    from kevin.training.sft import sft_examples
+
+    stray = dataclasses.replace(tasks[0], task_id="level1/nope", name="nope")
+    with pytest.raises(FileNotFoundError, match=r"level1/nope"):
+        sft_examples([stray], "cpu")
+
+
+@pytest.mark.parametrize("bad, message", [({"lr": -1.0}, "sft.lr must be a positive"),
+                                          ({"epochs": 0}, "sft.epochs"), ({"batch_size": 0}, "sft.batch_size"),
+                                          ({"enabled": "yes"}, "sft.enabled must be true or false")])
+def test_bad_settings_say_what_to_write(bad, message):
+    from kevin.training.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=message):
+        SFTConfig(**bad)
+
+
+def _answer_loss(model, tokenizer, example) -> float:
+    """Mean negative log-likelihood of the answer's tokens after the prompt."""
+    import torch
+
+    prompt = tokenizer.apply_chat_template(example["prompt"], add_generation_prompt=True, tokenize=False)
+    full = tokenizer.apply_chat_template(example["prompt"] + example["completion"], tokenize=False)
+    assert full.startswith(prompt)
+    ids = tokenizer(full, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    start = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    labels = ids.clone()
+    labels[:, :start] = -100
+    with torch.no_grad():
+        return float(model(input_ids=ids, labels=labels).loss)
+
+
+def test_sft_trainer_makes_the_answers_likelier_and_the_run_loads_its_model(tasks, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from kevin.config import RunConfig
+    from kevin.experiment.policies import load_model
+    from kevin.policy.builders import build_model, build_tokenizer, model_config
+    from kevin.rollout.replay import tokenizer_corpus
+    from kevin.training.sft import SFTConfig, run_sft, sft_examples, sft_model_dir
+
+    tokenizer = build_tokenizer(tokenizer_corpus(tasks, "cpu"), vocab_size=1024)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = build_model(model_config("tiny", len(tokenizer), tokenizer, layers=2))
+    examples = sft_examples(tasks, "cpu")
+    before = [_answer_loss(model, tokenizer, e) for e in examples]
+    config = SFTConfig(enabled=True, output_dir=str(tmp_path / "sft"), epochs=3.0, lr=1.0e-3)
+    metrics = run_sft(config, model, tokenizer, examples, tmp_path / "sft")
+    assert metrics["examples"] == 2 and metrics["steps"] == 6  # 2 examples, batch 1, 3 epochs
+    saved = sft_model_dir(config)
+    assert saved == tmp_path / "sft" / "model"
+    trained = AutoModelForCausalLM.from_pretrained(saved).eval()
+    after = [_answer_loss(trained, tokenizer, e) for e in examples]
+    assert all(a < b - 0.1 for a, b in zip(after, before)), (before, after)
+
+    # The training run starts from the warm-started weights when sft.enabled, and says what to do when missing.
+    run = RunConfig.from_dict({"policy": {"backend": "hf", "model": "unused"}, "sft": config.to_dict()})
+    loaded, _ = load_model(run)
+    for name, tensor in trained.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    missing = RunConfig.from_dict({"sft": {"enabled": True, "output_dir": str(tmp_path / "none")}})
+    with pytest.raises(ValueError, match=r"holds no model: run the warm start first \(`dvc repro sft`"):
+        load_model(missing)

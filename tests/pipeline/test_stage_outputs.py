@@ -1,0 +1,77 @@
+"""The pipeline's own outputs: train metrics and curves (hand-computed), baselines keyed by hardware, the report,
+and when a train stage re-run resumes."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+STEPS = [
+    {"step": 0, "turns": [{"turn": 0, "kernels": 4, "correct": 1, "score_mean": 0.5, "return_mean": 0.7},
+                          {"turn": 1, "kernels": 2, "correct": 2, "score_mean": 2.0, "return_mean": 2.0}],
+     "verdicts": {"correct": 3, "parse_error": 3}},
+    {"step": 1, "turns": [{"turn": 0, "kernels": 4, "correct": 0, "score_mean": 0.0, "return_mean": 0.1}],
+     "verdicts": {"parse_error": 4}},
+]
+
+
+def test_train_metrics_weigh_each_turn_by_its_kernels():
+    from kevin.pipeline import train_metrics
+
+    got = train_metrics(STEPS)
+    # 10 kernels, 3 correct; score: (4*0.5 + 2*2.0 + 4*0) / 10 = 0.6; turn 1: (4*0.5 + 0) / 8 = 0.25; turn 2: 2.0
+    assert got == {"steps_done": 2, "kernels": 10, "correct": 3, "correct_share": 0.3, "score_mean": 0.6,
+                   "score_mean_last_step": 0.0, "score_mean_turn_1": 0.25, "score_mean_turn_2": 2.0,
+                   "verdicts": {"correct": 3, "parse_error": 7}}
+    assert train_metrics([]) == {"steps_done": 0, "kernels": 0, "correct": 0, "correct_share": 0.0,
+                                 "score_mean": 0.0, "score_mean_last_step": 0.0, "verdicts": {}}
+
+
+def test_the_curve_has_a_row_per_step(tmp_path):
+    from kevin.pipeline import CURVE_FIELDS, train_curve, write_csv
+
+    rows = train_curve(STEPS)
+    # step 0: score (4*0.5 + 2*2)/6 = 1.0, return (4*0.7 + 2*2)/6 = 6.8/6
+    assert rows[0] == {"step": 0, "kernels": 6, "correct": 3, "correct_share": 0.5, "score_mean": 1.0,
+                       "return_mean": 6.8 / 6}
+    assert rows[1] == {"step": 1, "kernels": 4, "correct": 0, "correct_share": 0.0, "score_mean": 0.0,
+                       "return_mean": 0.1}
+    text = write_csv(tmp_path / "c.csv", rows, CURVE_FIELDS).read_text().splitlines()
+    assert text[0] == "step,kernels,correct,correct_share,score_mean,return_mean"
+    assert text[2] == "1,4,0,0.0,0.0,0.1"
+
+
+def test_baselines_are_keyed_by_hardware_and_keep_other_machines():
+    from kevin.pipeline import baseline_entry, merge_baselines
+
+    entry = baseline_entry({"level1/b": 2.0, "level1/a": 1.5}, backend="cpu", profile="cpu", torch_version="2.13.0",
+                           threads=1, timing_trials=100)
+    assert list(entry["ms"]) == ["level1/a", "level1/b"]
+    old = {"NVIDIA H200": {"ms": {"level1/a": 0.1}}, "Some CPU": {"ms": {"level1/a": 9.0}}}
+    merged = merge_baselines(old, "Some CPU", entry)
+    assert merged == {"NVIDIA H200": {"ms": {"level1/a": 0.1}}, "Some CPU": entry}
+
+
+def test_a_run_with_the_same_settings_is_resumed_and_one_with_others_removed(tmp_path):
+    from kevin.config import RunConfig
+    from kevin.pipeline import prepare_output_dir
+
+    out = tmp_path / "train"
+    params = RunConfig.from_dict({"experiment": {"steps": 2}}).params_dict()
+    assert prepare_output_dir(out, params) is False  # nothing there
+    (out / "steps" / "step_000000").mkdir(parents=True)
+    (out / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(params, default=str)), sort_keys=False))
+    assert prepare_output_dir(out, params) is True and (out / "steps" / "step_000000").is_dir()
+    other = RunConfig.from_dict({"experiment": {"steps": 2}, "rewards": {"gamma": 0.8}}).params_dict()
+    assert prepare_output_dir(out, other) is False and not out.exists()
+
+
+def test_the_report_shows_both_stages_metrics():
+    from kevin.pipeline import report_markdown
+
+    text = report_markdown({"steps_done": 2, "score_mean": 0.6, "verdicts": {"correct": 3}},
+                           {"eval": {"fast_1": 0.25}}, "gamma-0.8")
+    assert text.splitlines()[0] == "# gamma-0.8"
+    assert "| score_mean | 0.6 |" in text and "verdicts: correct 3" in text and "| eval.fast_1 | 0.25 |" in text
+    assert "the evaluate stage has not run" in report_markdown({"steps_done": 0}, None, "x")
