@@ -1,6 +1,6 @@
 """The deployments on a real `prefect server start` (loopback): deploy registers the training deployment with
 its schedule and parameters in a process work pool, a `prefect worker start` subprocess picks up a triggered run
-of a tiny training configuration, and it completes."""
+of a tiny training configuration, and it completes. Deploying also creates the collapse automation."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ def test_deploy_then_a_worker_runs_a_triggered_training_run(prefect_server, tmp_
                           splits={"levels": [1]}, train={"micro_batch_size": 2})
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_API_URL=prefect_server, PREFECT_HOME=str(tmp_path / "prefect-client"), OMP_NUM_THREADS="1",
-               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO), KEVIN_ALERT_WEBHOOK_URL="")
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", PYTHONPATH=str(REPO),
+               KEVIN_ALERT_WEBHOOK_URL="http://127.0.0.1:9/hooks/kevin")  # never called: no run collapses
     deployed = subprocess.run([sys.executable, "-m", "flows.deploy", "--pool", "kevin-test", "--cron", "0 3 * * *",
                                "--params", str(REPO / "params.yaml"), "--params", str(params),
                                "--project", str(tmp_path), "--no-evaluation"],
@@ -57,6 +58,8 @@ def test_deploy_then_a_worker_runs_a_triggered_training_run(prefect_server, tmp_
         assert [s.schedule.cron for s in deployment.schedules] == ["0 3 * * *"]
         assert deployment.parameters["params"] == [str(REPO / "params.yaml"), str(params)]
         assert deployment.parameters["resume"] is True
+        (automation,) = client.read_automations_by_name("kevin-collapse-alert")
+        assert f"collapse automation: {automation.id}" in deployed.stdout
         run = client.create_flow_run_from_deployment(deployment.id)
 
     log = open(tmp_path / "worker.log", "w")
