@@ -92,13 +92,18 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     assert "Running stage" not in second.stdout
     assert (repo / "outputs" / "train" / "metrics.json").stat().st_mtime_ns == stamp
 
-    exp = _run(dvc + ["exp", "run", "-n", "traj3", "-S", "configs/cpu.yaml:rollout.trajectories=3"], repo, env)
+    # --temp: in a copy of the project under .dvc/tmp/exps, as a queued experiment runs (scripts/kevin must find
+    # the .venv of the original, and the MLflow run its store).
+    exp = _run(dvc + ["exp", "run", "--temp", "-n", "traj3", "-S", "configs/cpu.yaml:rollout.trajectories=3"], repo,
+               env)
     assert exp.returncode == 0, (exp.stdout + exp.stderr)[-4000:]
     assert "Running stage 'train'" in exp.stdout and "Running stage 'baseline'" not in exp.stdout
-    diff = json.loads(_run(dvc + ["metrics", "diff", "--json"], repo, env).stdout)
-    assert diff["outputs/train/metrics.json"]["kernels"] == {"old": 2, "new": 3, "diff": 1}
     shown = _run(dvc + ["exp", "show", "--json"], repo, env)
     assert shown.returncode == 0 and '"traj3"' in shown.stdout
+    applied = _run(dvc + ["exp", "apply", "traj3"], repo, env)
+    assert applied.returncode == 0, applied.stderr
+    diff = json.loads(_run(dvc + ["metrics", "diff", "--json"], repo, env).stdout)
+    assert diff["outputs/train/metrics.json"]["kernels"] == {"old": 2, "new": 3, "diff": 1}
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
