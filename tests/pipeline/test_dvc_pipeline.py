@@ -26,8 +26,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = 600) ->
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, cache_dir):
-    """The project's files (tracked and new, not ignored) in a fresh git repo with `dvc init`, the tiny settings
-    committed; `.venv` links to the interpreter's environment (as `make venv` makes one), PATH does not have it."""
+    """The project's files (tracked and new, not ignored) in a fresh git repo, the tiny settings committed; `.venv` links to the interpreter's environment (as `make venv` makes one), PATH does not have it."""
     from tests.flows.conftest import build_model_dir
 
     root = tmp_path_factory.mktemp("dvc")
@@ -58,7 +57,9 @@ def project(tmp_path_factory, cache_dir):
     assert "  levels: [1, 2]\n" in params
     (repo / "params.yaml").write_text(params.replace("  levels: [1, 2]\n", "  levels: [1]\n"))
     dvc = [sys.executable, "-m", "dvc"]
-    for args in (["git", "init", "-q"], dvc + ["init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+    # The project ships its .dvc folder (so a fresh clone needs no `dvc init`): only git is initialised here.
+    assert (repo / ".dvc" / "config").is_file() and (repo / ".dvcignore").is_file()
+    for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
         done = _run(args, repo, env)
         assert done.returncode == 0, done.stderr
     (repo / ".git" / "info" / "exclude").write_text(".venv\n")  # a link, which `.venv/` in .gitignore misses
