@@ -323,9 +323,9 @@ def sft_cmd(
                                 include_example=config.rollout.include_example)
         base = dataclasses.replace(config, sft=dataclasses.replace(config.sft, enabled=False))
         model, tokenizer = load_model(base)
+        metrics = run_sft(config.sft, model, tokenizer, examples, out)
     except (TaskError, FileNotFoundError, ValueError) as exc:
         _die(str(exc))
-    metrics = run_sft(config.sft, model, tokenizer, examples, out)
     write_json(out / "sft.json", {"enabled": True, **metrics})
     typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, loss {metrics['train_loss']:.4f}; "
                f"model in {out / 'model'}")

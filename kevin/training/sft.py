@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
-__all__ = ["MODEL_DIR", "SFTConfig", "reasoning_text", "sft_examples", "sft_model_dir", "summary_text", "run_sft"]
+__all__ = ["MODEL_DIR", "SFTConfig", "example_tokens", "reasoning_text", "sft_examples", "sft_model_dir", "summary_text", "run_sft"]
 
 MODEL_DIR = "model"
 """The fine-tuned model's folder inside ``sft.output_dir``."""
@@ -119,6 +119,12 @@ def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", syst
     return examples
 
 
+def example_tokens(tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[int]:
+    """Tokens of each example as the trainer sees it: prompt and answer through the chat template."""
+    texts = [tokenizer.apply_chat_template(e["prompt"] + e["completion"], tokenize=False) for e in examples]
+    return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
 def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],
             out_dir: str | Path) -> dict[str, Any]:
     """Fine-tune ``model`` on ``examples`` with TRL's ``SFTTrainer`` (loss on the answers only) and save the model
@@ -128,6 +134,12 @@ def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[di
     from trl import SFTConfig as TRLConfig
     from trl import SFTTrainer
 
+    too_long = {i: n for i, n in enumerate(example_tokens(tokenizer, examples)) if n > config.max_length}
+    if too_long:
+        # Cut, an answer would lose its summary (or, past the prompt, all of it: TRL then drops the example).
+        raise ValueError(f"{len(too_long)} of {len(examples)} warm-start examples are longer than sft.max_length "
+                         f"({config.max_length} tokens; the longest has {max(too_long.values())}): raise "
+                         "sft.max_length")
     out_dir = Path(out_dir)
     args = TRLConfig(
         output_dir=str(out_dir / "trainer"), num_train_epochs=float(config.epochs), learning_rate=float(config.lr),

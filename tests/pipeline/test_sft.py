@@ -100,6 +100,10 @@ def test_sft_trainer_makes_the_answers_likelier_and_the_run_loads_its_model(task
     loaded, _ = load_model(run)
     for name, tensor in trained.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
+    # An example that does not fit is refused before training, with the length it needs.
+    short = SFTConfig(enabled=True, output_dir=str(tmp_path / "short"), max_length=100)
+    with pytest.raises(ValueError, match=r"2 of 2 warm-start examples are longer than sft.max_length \(100 tokens"):
+        run_sft(short, trained, tokenizer, examples, tmp_path / "short")
     missing = RunConfig.from_dict({"sft": {"enabled": True, "output_dir": str(tmp_path / "none")}})
     with pytest.raises(ValueError, match=r"holds no model: run the warm start first \(`dvc repro sft`"):
         load_model(missing)
