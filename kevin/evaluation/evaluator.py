@@ -329,7 +329,8 @@ class Evaluator:
         torch_version = md.version("torch")
         c = self.config
         return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
-                         f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
+                         f"w{c.warmup_trials}t{c.timing_trials}r{c.baseline_rounds}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"
+                         f"t{c.cpu_threads}"])
 
     def _task_spec(self, task: Task) -> dict[str, str]:
         return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
@@ -350,13 +351,15 @@ class Evaluator:
             try:
                 counted = [0]
 
-                def tick(message: dict[str, Any]) -> None:
+                rounds = self.config.baseline_rounds
+
+                def tick(message: dict[str, Any]) -> None:  # one message per task and round
                     counted[0] += 1
-                    if progress:
-                        progress(counted[0], len(tasks))
+                    if progress and counted[0] % rounds == 0:
+                        progress(counted[0] // rounds, len(tasks))
 
                 answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
-                                       timeout=max(600.0, self.config.timeout_s * len(tasks)), on_progress=tick)
+                                       timeout=max(600.0, self.config.timeout_s * len(tasks) * rounds), on_progress=tick)
             finally:
                 judge.close()
         times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
