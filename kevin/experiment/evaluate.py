@@ -189,20 +189,20 @@ def _num(value: float | None) -> str:
 
 def wide_curves(report: RunReport) -> dict[str, str]:
     """The curves as DVC plots read them (one x column, one column per metric): ``best_at_k.csv`` (k, then best@k
-    of each metric after the last turn) and ``turns_<split>.csv`` per budget split and the run's own size (turn,
+    of each metric after the last turn) and ``turns/<split>.csv`` per budget split and the run's own size (turn,
     then best@k of each metric with k = the split's trajectories)."""
     names = report.metric_names
     out = {"best_at_k.csv": _csv_rows(["k", *names], [[m.k, *(_num(m.best[n]) for n in names)] for m in report.by_k])}
     curves = {f"{report.trajectories}x{report.turns}": report.by_turn, **report.splits}
     for split, curve in curves.items():
-        out[f"turns_{split}.csv"] = _csv_rows(["turn", *names], [[m.turn, *(_num(m.best[n]) for n in names)]
+        out[f"turns/{split}.csv"] = _csv_rows(["turn", *names], [[m.turn, *(_num(m.best[n]) for n in names)]
                                                                    for m in curve])
     return out
 
 
 def write_report_files(reports: Sequence[RunReport], out_dir: str | Path, baseline: str | None = None) -> dict[str, Path]:
-    """Tables (markdown and CSV), curves (CSV) and plots (PNG) of one run, or of several side by side (then also
-    the comparison table, and the curves of the first run only as wide CSVs). Returns name -> path."""
+    """Tables (markdown and CSV; the curves in long form too), plots (PNG) and, for one run, its curves as DVC plots
+    read them (``wide_curves``); several runs are put side by side, with the comparison table. Returns name -> path."""
     from kevin.analysis.plots import write_plots
     from kevin.analysis.tables import (
         best_at_k_csv,
@@ -219,7 +219,7 @@ def write_report_files(reports: Sequence[RunReport], out_dir: str | Path, baseli
     texts = {
         "tables/table1.md": table1_markdown(reports), "tables/table1.csv": table1_csv(reports),
         "tables/table2.md": table2_markdown(reports), "tables/table2.csv": table2_csv(reports),
-        "curves/turn_curves_long.csv": turn_curves_csv(reports), "curves/best_at_k_long.csv": best_at_k_csv(reports),
+        "tables/turn_curves.csv": turn_curves_csv(reports), "tables/best_at_k.csv": best_at_k_csv(reports),
     }
     if len(reports) > 1:
         texts["tables/comparison.md"] = comparison_markdown(reports, baseline)
@@ -293,6 +293,11 @@ class EvaluationRun:
         if started and not self.resume:
             raise FileExistsError(f"{self.out_dir} already holds an evaluation; continue it with --resume, or set "
                                   "evaluate.output_dir to another folder")
+        # Without rollouts there is nothing to continue (e.g. DVC removed the stage's outputs before re-running it):
+        # a fresh run, whatever an earlier run left beside them (its run.json, its MLflow run, its "tracked" mark).
+        self.resume = self.resume and started
+        if not started:
+            (self.out_dir / TRACKED).unlink(missing_ok=True)
         split_file = cfg.evaluate.split
         if split_file:
             path = Path(split_file) if Path(split_file).is_absolute() else self.project_dir / split_file

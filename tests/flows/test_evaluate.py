@@ -120,7 +120,7 @@ def test_a_run_writes_every_table_curve_and_plot_with_hand_computed_metrics(base
     best_at_k = list(csv.DictReader((out / "curves" / "best_at_k.csv").open()))
     assert [r["k"] for r in best_at_k] == ["1", "2", "3", "4"] and float(best_at_k[1]["correct"]) == pytest.approx(5 / 6)
     for split, turns in (("4x2", 2), ("2x2", 2), ("4x1", 1)):
-        curve = list(csv.DictReader((out / "curves" / f"turns_{split}.csv").open()))
+        curve = list(csv.DictReader((out / "curves" / "turns" / f"{split}.csv").open()))
         assert [r["turn"] for r in curve] == [str(t) for t in range(1, turns + 1)]
     for name in ("best_at_k.png", "turn_curves.png", "task_speedups.png"):
         assert (out / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
