@@ -34,12 +34,15 @@ PROGRESS: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("kevi
 def load_config(params: list[str], overrides: list[str], checkpoint: str | None = None,
                 model: str | None = None) -> RunConfig:
     """The run's config: params files merged in order, then ``--set``s; ``checkpoint`` sets ``evaluate.checkpoint``
-    and ``model`` sets ``policy.model`` (an in-process ``hf`` model unless ``policy.backend`` says openai)."""
+    and ``model`` sets ``policy.model`` (an in-process ``hf`` model unless ``policy.backend`` says openai; without
+    ``checkpoint`` it also sets ``evaluate.checkpoint: none``)."""
     extra = []
     if checkpoint is not None:
         extra.append(f"evaluate.checkpoint={checkpoint}")
     if model is not None:
         extra.append(f"policy.model={model}")
+        if checkpoint is None:  # --model alone means that model, not a checkpoint params.yaml points at
+            extra.append("evaluate.checkpoint=none")
     config = RunConfig.from_files(params, [*overrides, *extra])
     if model is not None and config.policy.backend == "embedded":
         config = RunConfig.from_files(params, [*overrides, *extra, "policy.backend=hf"])
