@@ -203,9 +203,13 @@ def evaluate_cmd(
     from flows.evaluate import load_config, run_evaluation
 
     try:
-        load_config(files, list(overrides or []), checkpoint, model)
+        config = load_config(files, list(overrides or []), checkpoint, model)
     except (ValueError, FileNotFoundError) as exc:
         _die(str(exc))
+    rollouts = config.evaluate.resolved_output_dir(Path.cwd()) / "rollouts"
+    if not resume and rollouts.is_dir() and any(rollouts.iterdir()):
+        _die(f"{rollouts.parent} already holds an evaluation; continue it with --resume, or evaluate into another "
+             "folder (--set evaluate.output_dir=...)")
     from kevin.experiment.progress import RichProgress
 
     progress = RichProgress()
@@ -215,8 +219,8 @@ def evaluate_cmd(
         typer.echo(f"error: evaluation failed: {state.message}", err=True)
         raise typer.Exit(1)
     result = state.result()
-    progress.console.print(result["table1"], markup=False)
-    progress.console.print(result["table2"], markup=False)
+    for table in ("table1", "table2"):  # a wrapped table row is unreadable: let long rows run past the edge
+        progress.console.print(result[table], markup=False, soft_wrap=True)
     progress.line(f"outputs in {result['out_dir']} (metrics.json, tables/, curves/, plots/)")
     if result["mlflow"]:
         progress.line(f"MLflow run {result['mlflow']['run_id']}: {result['mlflow']['ui']}")

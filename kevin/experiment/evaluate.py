@@ -330,7 +330,7 @@ class EvaluationRun:
             self._stages[plan.name] = TurnStages(self.out_dir / ROLLOUTS_DIR / plan.name, tasks, self._rollout(plan),
                                                  tokenizer=self._prompt_tokenizer())
         self._start_tracking()
-        self.progress.run_started(self.name, 0, len(self.plans), str(self.out_dir), self.resume and started)
+        self.progress.line(f"[{self.name}] {'resumed' if self.resume else 'starting'}: outputs in {self.out_dir}")
         self.progress.line(f"  {label} on {len(tasks)} eval tasks; rollouts "
                            + ", ".join(f"{p.name}{' (beam)' if p.select else ''}" for p in self.plans))
         return list(self.plans)
