@@ -101,6 +101,8 @@ class DistributedStepResult:
     local: dict[str, float] = field(default_factory=dict)
     """This process's own counts: ``prompts`` (generated here), ``generated_tokens`` (token ids the policy
     returned here), ``judged`` (candidates this process's evaluator judged)."""
+    intervals: list[tuple[str, float, float]] = field(default_factory=list)
+    """(phase key, start, end) on ``time.perf_counter``'s clock, for lining up samples of GPU use with phases."""
     checkpoint: Path | None = None
 
 
@@ -121,6 +123,7 @@ class DistributedStep:
         self.rewards = rewards
         self.tokenizer = tokenizer if tokenizer is not None else getattr(generate, "tokenizer", None)
         self.rank, self.size = world()
+        self._intervals: list[tuple[str, float, float]] = []
         # Phase times on a GPU are only true once its queued work is done.
         self.sync_cuda = torch.cuda.is_available() if sync_cuda is None else sync_cuda
         self.builder = PromptBuilder(backend=rollout.backend, max_prompt_tokens=rollout.max_prompt_tokens,
@@ -135,7 +138,9 @@ class DistributedStep:
         yield
         if self.sync_cuda:
             torch.cuda.synchronize()
-        seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+        end = time.perf_counter()
+        seconds[key] = seconds.get(key, 0.0) + end - start
+        self._intervals.append((key, start, end))
 
     def run(self, tasks: Sequence[Task] | None, *, checkpoint_dir: str | Path | None = None, step: int = 0,
             extra: dict[str, Any] | None = None) -> DistributedStepResult:
@@ -143,6 +148,7 @@ class DistributedStep:
         ``checkpoint_dir``: save ``step`` there after the update (every process must pass it)."""
         start = time.perf_counter()
         seconds: dict[str, float] = {}
+        self._intervals: list[tuple[str, float, float]] = []
         by_id = broadcast_object({t.task_id: t for t in tasks} if self.rank == 0 and tasks is not None else None)
         if by_id is None:
             raise ValueError("rank 0 must pass the step's tasks")
@@ -160,7 +166,7 @@ class DistributedStep:
         seconds["step"] = time.perf_counter() - start
         return DistributedStepResult(tasks=list(by_id), trajectories=trajectories, samples=samples,
                                      update_metrics=metrics, rollout_metrics=rollout_metrics(trajectories),
-                                     seconds=seconds, local=local, checkpoint=path)
+                                     seconds=seconds, local=local, intervals=self._intervals, checkpoint=path)
 
     def rollout_all(self, tasks: list[Task], seconds: dict[str, float], local: dict[str, float]) -> list[Trajectory]:
         """Every trajectory of every task, each turn rolled out by the process that owns the trajectory and

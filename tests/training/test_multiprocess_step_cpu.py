@@ -77,6 +77,11 @@ def _worker(rank: int, size: int, port: int, out_dir: str, zero_stage: int, long
                       LOCAL_RANK=str(rank), DS_ACCELERATOR="cpu")
     dist.init_process_group("gloo", rank=rank, world_size=size)
     torch.set_num_threads(1)
+    began = time.monotonic()
+
+    def phase(what: str) -> None:  # when a worker fails or hangs, the test shows how far each one got
+        print(f"phase: {time.monotonic() - began:.1f}s {what}", file=log, flush=True)
+
     from kevin.evaluation import EvalConfig, Evaluator
     from kevin.policy.config import SamplingConfig
     from kevin.policy.hf import HFPolicy
@@ -85,9 +90,11 @@ def _worker(rank: int, size: int, port: int, out_dir: str, zero_stage: int, long
     from kevin.rollout.replay import ReferenceReplay
     from kevin.training.dp_step import DistributedStep
 
-    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=5, cache_dir=cache))
+    evaluator = Evaluator(EvalConfig(backend="cpu", correctness_trials=1, warmup_trials=0, timing_trials=1,
+                                     cache_dir=cache))
     try:
         trainer = _trainer(out / "model", zero_stage, longest)
+        phase("trainer built")
         policy = HFPolicy(trainer.model, trainer.tokenizer, SamplingConfig(temperature=0.9, max_new_tokens=NEW_TOKENS,
                                                                            seed=rank))
         # Each process rolls out 2 of the 4 trajectories of each task: it replays the reference in its first and
@@ -97,14 +104,17 @@ def _worker(rank: int, size: int, port: int, out_dir: str, zero_stage: int, long
         step = DistributedStep(trainer, replay, evaluator.evaluate_many,
                                RolloutConfig(trajectories=TRAJECTORIES, turns=TURNS, backend="cpu"), RewardConfig())
         result = step.run(_tasks() if rank == 0 else None, checkpoint_dir=out / "ckpt", step=0)
-        print(f"phase: step {result.seconds}", file=log, flush=True)
+        phase(f"step done: {result.seconds}")
         again = result.samples  # step 1 trains the same samples: resumed or not, the same update must follow
         trainer.update(again)
         trainer.save_checkpoint(out / "straight", 1)
+        phase("step 1 done")
         fresh = _trainer(out / "model", zero_stage, longest)
         next_step = fresh.resume(out / "ckpt")
+        phase("resumed")
         fresh.update(again)
         fresh.save_checkpoint(out / "resumed2", 1)
+        phase("resumed step 1 done")
         torch.save({"samples": [s.to_dict() for s in result.samples], "tasks": result.tasks,
                     "trajectories": [t.to_dict() for t in result.trajectories], "local": result.local,
                     "seconds": result.seconds, "metrics": result.update_metrics, "next_step": next_step,
