@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,14 +57,17 @@ class BusySampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "BusySampler":
+    def __enter__(self) -> Self:
         if not self.enabled:
             return self
         try:
             import pynvml
-
+        except ImportError as exc:  # nvidia-ml-py missing: no busy share, the rest of the figures still come
+            print(f"no GPU busy share: {exc}", file=sys.stderr)
+            return self
+        try:
             pynvml.nvmlInit()
-        except Exception as exc:  # no NVML: no busy share, the rest of the figures still come
+        except pynvml.NVMLError as exc:
             print(f"no GPU busy share: {exc}", file=sys.stderr)
             return self
         handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
@@ -79,7 +82,7 @@ class BusySampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

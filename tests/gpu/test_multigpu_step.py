@@ -32,7 +32,7 @@ def test_two_process_step_on_two_gpus(zero, tmp_path):
                            str(REPO / "scripts" / "gpu_train_multi.py"), "--preset", "tiny", "--zero", str(zero),
                            "--backend", "cuda", "--tasks", "2", "--trajectories", "4", "--turns", "2",
                            "--max-response-tokens", "32", "--work", str(tmp_path / "work"), "--results", str(results)],
-                          capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+                          capture_output=True, text=True, timeout=900, env=env, cwd=REPO, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (record,) = [json.loads(line) for line in results.read_text().splitlines()]
     assert record["gpus"] == 2 and record["zero"] == zero and record["samples"] == 2 * 4 * 2

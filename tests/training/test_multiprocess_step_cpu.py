@@ -138,7 +138,7 @@ def _spawn(out: Path, zero_stage: int, longest: int, cache: str) -> None:
                 for proc in ctx.processes:
                     proc.kill()
                 pytest.fail(f"the two processes did not finish in 400 s{_logs(out)}")
-    except Exception as exc:  # a worker's error: show its log
+    except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:  # a worker's error or crash: show its log
         for proc in ctx.processes:
             proc.kill()
         pytest.fail(f"{exc}{_logs(out)}")
@@ -196,7 +196,7 @@ def test_each_process_rolls_out_its_share_and_every_process_gets_the_whole_batch
 
 
 def test_one_process_on_the_same_batch_trains_the_same_weights(two_process_step):
-    stage, out, longest = two_process_step
+    _, out, longest = two_process_step
     torch.set_num_threads(1)
     single = _trainer(out / "model", 0, longest)
     samples = _samples(torch.load(out / "rank0.pt", weights_only=False))
