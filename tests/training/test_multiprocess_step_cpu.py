@@ -124,13 +124,42 @@ def _worker(rank: int, size: int, port: int, out_dir: str, zero_stage: int, long
         dist.destroy_process_group()
 
 
-def _spawn(out: Path, zero_stage: int, longest: int, cache: str) -> None:
+def _resume_alone(rank: int, port: int, out_dir: str, longest: int) -> None:
+    """One ZeRO-3 process resumes the two processes' checkpoint (through DeepSpeed's universal checkpoint) and
+    takes the same second update."""
+    import torch.distributed as dist
+
+    out = Path(out_dir)
+    log = open(out / "rank0_alone.log", "w")  # noqa: SIM115 - open until the process exits
+    os.dup2(log.fileno(), 2)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                      DS_ACCELERATOR="cpu")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    torch.set_num_threads(1)
+    from kevin.records.rollout import TrainingSample
+
+    try:
+        alone = _trainer(out / "model", 3, longest)
+        next_step = alone.resume(out / "ckpt")
+        samples = [TrainingSample.from_dict(s) for s in torch.load(out / "rank0.pt", weights_only=False)["samples"]]
+        alone.update(samples)
+        alone.save_checkpoint(out / "resumed1", 1)
+        torch.save({"next_step": next_step}, out / "alone.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(out: Path, zero_stage: int, longest: int, cache: str, *, alone: bool = False) -> None:
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.spawn(_worker, args=(2, port, str(out), zero_stage, longest, cache), nprocs=2, join=False)
+    if alone:
+        ctx = mp.spawn(_resume_alone, args=(port, str(out), longest), nprocs=1, join=False)
+    else:
+        ctx = mp.spawn(_worker, args=(2, port, str(out), zero_stage, longest, cache), nprocs=2, join=False)
     deadline = time.monotonic() + 400
     try:
         while not ctx.join(timeout=5):
@@ -156,6 +185,8 @@ def two_process_step(request, tmp_path_factory, cache_dir):
     out = tmp_path_factory.mktemp(f"multiprocess_stage{request.param}")
     longest = _build_model(out / "model")
     _spawn(out, request.param, longest, str(cache_dir))
+    if request.param == 3:
+        _spawn(out, 3, longest, str(cache_dir), alone=True)
     return request.param, out, longest
 
 
@@ -221,18 +252,20 @@ def test_the_checkpoint_resumes_in_two_processes_and_in_one(two_process_step):
     for name, value in straight.items():  # resumed in 2 processes: the very same second update
         assert torch.equal(resumed[name], value), name
     if stage == 3:
-        # ZeRO-3 partitions resume on as many processes as wrote them; one process starts from the full weights.
+        # One ZeRO-3 process resumed the partitions of two (DeepSpeed's universal checkpoint, converted once).
+        assert torch.load(out / "alone.pt")["next_step"] == 1
+        assert (out / "ckpt" / "step_000000" / "deepspeed_universal").is_dir()
+        got = _weights(out / "resumed1" / "step_000001" / "model")
+    else:  # a replicated checkpoint is the same for any process count
+        torch.set_num_threads(1)
         single = _trainer(out / "model", 0, longest)
-        with pytest.raises(ValueError, match="saved with ZeRO stage 3"):
-            single.resume(out / "ckpt")
-        return
-    torch.set_num_threads(1)
-    single = _trainer(out / "model", 0, longest)
-    assert single.resume(out / "ckpt") == 1
-    single.update(_samples(ranks[0]))
-    for name, value in single.model.named_parameters():
-        if name in straight:  # one process continues the two processes' run: optimiser state included
-            assert torch.allclose(straight[name], value.detach(), atol=2e-6, rtol=1e-5), name
+        assert single.resume(out / "ckpt") == 1
+        single.update(_samples(ranks[0]))
+        got = {n: p.detach() for n, p in single.model.named_parameters()}
+    for name, value in straight.items():  # one process continues the two processes' run: optimiser state included
+        assert torch.allclose(got[name], value, atol=2e-6, rtol=1e-5), (name, (got[name] - value).abs().max())
+    first = _weights(out / "ckpt" / "step_000000" / "model")
+    assert sum(not torch.equal(first[n], straight[n]) for n in straight) > len(straight) // 2  # step 1 trained
 
 
 def test_phase_table_sums_turns_and_keeps_the_step_order():
