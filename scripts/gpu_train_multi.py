@@ -141,10 +141,11 @@ def build(args: argparse.Namespace, rank: int, device: str) -> tuple[Any, Any, i
     config = TrainConfig(device=device, zero_stage=args.zero, grad_steps=1, micro_batch_size=args.micro_batch,
                          warmup_ratio=0.0, max_response_tokens=max(longest, args.max_response_tokens),
                          loss=LossConfig(max_completion_length=args.max_response_tokens))
+    params = sum(p.numel() for p in model.parameters())  # before ZeRO-3 partitions them (numel 0 here after)
     trainer = GRPOTrainer(model, config, tokenizer=tok)
     if device == "cuda":
         torch.cuda.synchronize()
-    return trainer, tok, sum(p.numel() for p in model.parameters()), time.perf_counter() - start
+    return trainer, tok, params, time.perf_counter() - start
 
 
 def draw_tasks(args: argparse.Namespace) -> list[Any]:
