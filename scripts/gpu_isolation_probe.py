@@ -92,13 +92,15 @@ sys.stdin.readline()  # keep the buffer alive until the reader is done
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--variants", default="spec,read_all,write_all,read_run,read_var,read_etc,read_home,read_tmp,write_tmp,"
+                    "write_run,write_home,write_dev_shm,write_proc,write_var",
+                    help="Landlock allow-lists to try, comma-separated ('spec' is the harness's own)")
     args = ap.parse_args()
     layers = subprocess.run([sys.executable, "-c", CHILD, str(REPO)], capture_output=True, text=True, timeout=300)
     print("isolation:", layers.stdout.strip() or layers.stderr[-2000:])
     # Which part of Landlock CUDA needs: the harness's allow-list, the same without the scoping of abstract unix
     # sockets and signals, and everything readable and writable (so only the scoping is in force).
-    for variant in ("spec", "read_all", "write_all", "read_run", "read_var", "read_etc", "read_home", "read_tmp", "write_tmp",
-                    "write_run", "write_home", "write_dev_shm", "write_proc", "write_var"):
+    for variant in args.variants.split(","):
         probe = subprocess.run([sys.executable, "-c", LANDLOCK, str(REPO), variant], capture_output=True, text=True, timeout=300)
         print("landlock:", probe.stdout.strip() or probe.stderr[-1500:])
     proc = subprocess.Popen([sys.executable, "-c", EXPORTER, str(REPO), args.device], stdin=subprocess.PIPE,

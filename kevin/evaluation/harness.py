@@ -353,7 +353,8 @@ class RunJob:
                                    self.cfg.timing_trials, self.cfg.resolved_flush_bytes if self.cfg.flush_l2 else 0, spots,
                                    snapshot_output, mark=mark)
             self.check_tampering()
-            spot_refs = {str(i): self.exporter.export(out, f"spot{i}") for i, out in result.spot_outputs.items()}
+            spot_refs = self.exporter.export_groups({f"spot{i}": out for i, out in result.spot_outputs.items()})
+            spot_refs = {tag[len("spot"):]: refs for tag, refs in spot_refs.items()}
             self.times["timing"] = time.perf_counter() - start
             self.link.send({"t": "timed", "samples": result.samples_ms, "spots": spot_refs})
             answer = self.link.receive()

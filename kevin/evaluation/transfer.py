@@ -119,17 +119,27 @@ class Exporter:
             return f"{type(exc).__name__}: {exc}"
 
     def export(self, tensors: list[torch.Tensor], tag: str) -> list[dict[str, Any]]:
-        tensors = [t.detach().contiguous() for t in tensors]
+        """Refs to ``tensors``, valid until the next export."""
+        return self.export_groups({tag: tensors})[tag]
+
+    def export_groups(self, groups: dict[str, list[torch.Tensor]]) -> dict[str, list[dict[str, Any]]]:
+        """Refs to several outputs at once (the spot-checked timed calls), all valid until the next export.
+
+        One export call per group would not do over IPC: each call releases the previous call's buffer, and
+        the caching allocator hands the same memory to the next one, so an earlier ref would read a later
+        group's values."""
+        groups = {tag: [t.detach().contiguous() for t in tensors] for tag, tensors in groups.items()}
         if self.transport == "ipc":
-            return self._export_ipc(tensors)
-        refs = []
-        for j, t in enumerate(tensors):
-            name = f"{tag}_{j}.bin"
-            raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-            raw.cpu().numpy().tofile(self.folder / name)
-            refs.append({"kind": "file", "name": name, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
-                         "nbytes": t.numel() * t.element_size()})
-        return refs
+            flat = [t for tensors in groups.values() for t in tensors]
+            refs = iter(self._export_ipc(flat))
+            return {tag: [next(refs) for _ in tensors] for tag, tensors in groups.items()}
+        return {tag: [self._export_file(t, f"{tag}_{j}.bin") for j, t in enumerate(tensors)] for tag, tensors in groups.items()}
+
+    def _export_file(self, t: torch.Tensor, name: str) -> dict[str, Any]:
+        raw = t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+        raw.cpu().numpy().tofile(self.folder / name)
+        return {"kind": "file", "name": name, "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                "nbytes": t.numel() * t.element_size()}
 
     def _export_ipc(self, tensors: list[torch.Tensor]) -> list[dict[str, Any]]:
         sizes = [t.numel() * t.element_size() for t in tensors]

@@ -27,6 +27,7 @@ drawing at once). The responses themselves never change: a row that ended only r
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,14 +87,35 @@ def static_unsupported(model: Any) -> str | None:
     return None
 
 
-def _new_cache(model: Any, length: int) -> Any:
+def _new_cache(model: Any, length: int, store: torch.dtype | None = None) -> Any:
+    """A static cache of ``length`` positions; ``store``: the one dtype its keys and values are kept in.
+
+    Under autocast the keys leave rotary embedding in float32 (the float32 cos/sin promote them) while the
+    values leave their projection in bfloat16; a StaticLayer sizes both buffers from the first write, and
+    some transformers releases (5.17) take the keys' dtype for both, so writing the values fails. Casting
+    every write to the autocast dtype keeps one dtype whatever the release; attention casts to it anyway."""
     from transformers import StaticCache
     from transformers.cache_utils import StaticLayer
 
     cache = StaticCache(config=model.config, max_cache_len=length)
     if not all(type(layer) is StaticLayer for layer in cache.layers):
         raise RuntimeError("StaticCache built layers other than StaticLayer for a full-attention model")
+    if store is not None:
+        for layer in cache.layers:
+            layer.update = functools.partial(_update_as, layer.update, store)
     return cache
+
+
+def _update_as(update: Callable, store: torch.dtype, key_states: torch.Tensor, value_states: torch.Tensor,
+               *args: Any, **kwargs: Any) -> Any:
+    return update(key_states.to(store), value_states.to(store), *args, **kwargs)
+
+
+def autocast_store_dtype(device: torch.device) -> torch.dtype | None:
+    """The autocast dtype in force on ``device`` (what the static cache keeps), or None outside autocast."""
+    if not torch.is_autocast_enabled(device.type):
+        return None
+    return torch.get_autocast_dtype(device.type)
 
 
 def prefill_masks(key_ok: torch.Tensor, start: int, end: int, dtype: torch.dtype) -> torch.Tensor:
@@ -155,7 +177,7 @@ def decode_static(model: Any, ids: torch.Tensor, mask: torch.Tensor, *, max_new:
     n, width = ids.shape
     length = -(-(width + max_new - 1) // CACHE_ALIGN) * CACHE_ALIGN
     dtype = mask_dtype(model)
-    cache = _new_cache(model, length)
+    cache = _new_cache(model, length, autocast_store_dtype(device))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # real tokens numbered 0, 1, ... as in a single-prompt pass
     key_ok = torch.ones((n, length), dtype=torch.bool, device=device)
     key_ok[:, :width] = mask.bool()

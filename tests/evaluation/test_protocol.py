@@ -83,6 +83,16 @@ def test_outputs_round_trip_through_files_bit_for_bit(folder):
         assert isinstance(got, torch.Tensor) and torch.equal(got, want) and got.dtype == want.dtype
 
 
+def test_groups_exported_together_each_read_back_their_own_values(folder):
+    groups = {"spot3": [torch.full((5,), 3.0)], "spot8": [torch.full((5,), 8.0), torch.arange(4)]}
+    refs = Exporter(folder, torch.device("cpu"), "file").export_groups(groups)
+    importer = Importer(folder, torch.device("cpu"))
+    assert sorted(refs) == ["spot3", "spot8"] and [len(r) for r in refs.values()] == [1, 2]
+    for tag, tensors in groups.items():
+        for ref, want in zip(refs[tag], tensors):
+            assert torch.equal(importer.read(ref, want.dtype, tuple(want.shape)), want)
+
+
 def test_a_ref_is_checked_against_the_reference_before_anything_is_read(folder):
     ref = Exporter(folder, torch.device("cpu"), "file").export([torch.randn(4)], "t")[0]
     importer = Importer(folder, torch.device("cpu"))

@@ -8,10 +8,16 @@ share) to $OUT/gpu_suite_figures.json when OUT is set.
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
+import torch
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.candidates import reference_candidates
@@ -105,17 +111,61 @@ def test_outputs_reach_the_judge_through_cuda_ipc_or_say_why_not(suite_results):
 
 
 def test_reference_against_reference_speedup_is_one(evaluator):
-    """The PyTorch reference timed again in a fresh process against its cached baseline: 0.85-1.15 on every task.
+    """The PyTorch reference timed again in a fresh process against its cached baseline: 0.8-1.25 on every task,
+    geometric mean 0.95-1.05.
 
-    Two fresh processes timing the same 0.1-3 ms calls differ by up to ~11% on the H200 (2026-12-01: 0.95-1.11
-    after the GPU warm-up before baselines; 0.89-1.23 before it), so the band is that, not 1% of a lab bench."""
+    Two fresh processes timing the same 0.1-3 ms calls differ by up to ~20% on the H200 (2026-12-01, two calls:
+    0.99-1.11 and 0.84-1.19, matrix-vector and small convolutions the widest), so the per-task band is that; a
+    bias of the evaluator itself (one side always slower) would move the mean, which is held to 5%."""
     tasks = load_bundled_suite()
     evaluator.prefetch_baselines(tasks)  # cached already when the suite test ran first
     again = evaluator.measure_references_ms(tasks)
     ratios = {t.task_id: evaluator.baseline_ms(t) / again[t.task_id] for t in tasks}
-    print("reference/reference speedups:", json.dumps({k: round(v, 3) for k, v in ratios.items()}))
-    outside = {k: round(v, 3) for k, v in ratios.items() if not 0.85 <= v <= 1.15}
+    geomean = math.exp(statistics.fmean(math.log(v) for v in ratios.values()))
+    print("reference/reference speedups:", json.dumps({k: round(v, 3) for k, v in ratios.items()}), "geomean", round(geomean, 3))
+    outside = {k: round(v, 3) for k, v in ratios.items() if not 0.8 <= v <= 1.25}
     assert not outside, outside
+    assert 0.95 <= geomean <= 1.05
+
+
+_IPC_EXPORTER = r"""
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+from kevin.evaluation.transfer import Exporter
+device = torch.device("cuda:0")
+scratch = [torch.empty(1 << 22, device=device) for _ in range(4)]  # a cached segment for the buffers to come from
+del scratch
+ex = Exporter(Path("."), device, "ipc")
+groups = {f"spot{i}": [torch.full((1 << 20,), float(i), device=device), torch.arange(7, device=device) * i] for i in (2, 5, 9)}
+print(json.dumps(ex.export_groups(groups)), flush=True)
+sys.stdin.readline()  # the buffer lives until the judge has read it
+"""
+
+
+def test_spot_outputs_exported_together_reach_the_judge_each_with_its_own_values(tmp_path):
+    """The timed calls' spot checks: every group keeps its own memory until the judge has read all of them
+    (one export per group let the caching allocator hand a freed buffer to the next group)."""
+    from kevin.evaluation.transfer import Exporter, Importer
+
+    device = torch.device("cuda:0")
+    if Exporter.probe(device):
+        pytest.skip("no CUDA IPC here")
+    child = subprocess.Popen([sys.executable, "-c", _IPC_EXPORTER, str(Path(__file__).resolve().parents[2])],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        refs = json.loads(child.stdout.readline())
+        torch.empty(1, device=device)
+        importer = Importer(tmp_path, device)
+        for i in (2, 5, 9):
+            big, small = refs[f"spot{i}"]
+            assert torch.equal(importer.read(big, torch.float32, (1 << 20,)), torch.full((1 << 20,), float(i), device=device))
+            assert torch.equal(importer.read(small, torch.int64, (7,)), torch.arange(7, device=device) * i)
+        importer.close()
+    finally:
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.wait(timeout=60)
 
 
 @pytest.mark.parametrize("hack", ["uninitialised_output", "input_zeroing", "side_stream", "decoy", "illegal_memory_access"])

@@ -320,3 +320,23 @@ def test_models_the_static_path_cannot_serve_fall_back_to_the_reference_path(tok
     model.config._attn_implementation = "flex_attention"  # takes no 4D mask of ours
     assert HFPolicy(model, tok, SamplingConfig(max_new_tokens=3))._path() == "reference"
     assert HFPolicy(tiny_model(tok), tok, SamplingConfig(static_cache=False))._path() == "reference"
+
+
+def test_static_path_under_autocast_keeps_one_cache_dtype(tok, model, prompt_ids, monkeypatch):
+    """Under bfloat16 autocast (the trainer's float32 weights on CUDA) keys leave rotary embedding in float32 and
+    values leave their projection in bfloat16: the cache must keep both in the autocast dtype (transformers 5.17
+    sized both from the keys and failed writing the values), and sampling still matches the reference path."""
+    from kevin.policy import decode
+
+    caches = []
+    made = decode._new_cache
+    monkeypatch.setattr(decode, "_new_cache", lambda *a, **k: caches.append(made(*a, **k)) or caches[-1])
+    cfg = dict(max_new_tokens=6, temperature=0.0, seed=1)
+    fast = HFPolicy(model, tok, SamplingConfig(**cfg), autocast_dtype=torch.bfloat16)
+    got = fast.generate_ids(prompt_ids)
+    assert fast.last_call.path == "static" and caches
+    dtypes = {(layer.keys.dtype, layer.values.dtype) for layer in caches[-1].layers}
+    assert dtypes == {(torch.bfloat16, torch.bfloat16)}
+    ref = HFPolicy(model, tok, SamplingConfig(static_cache=False, **cfg), autocast_dtype=torch.bfloat16)
+    want = ref.generate_ids(prompt_ids)
+    assert [len(o.token_ids) for o in got] == [len(o.token_ids) for o in want]
