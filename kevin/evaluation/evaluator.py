@@ -301,14 +301,13 @@ class Evaluator:
         return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
                            timeout_s=max(600.0, self.config.timeout_s))
 
-    def _layers(self, spec_backend: str) -> list[str]:
+    def _layers(self) -> list[str]:
         """The isolation layers asked for, in words (for messages about a process that died)."""
         s = self.config.sandbox
-        cuda = spec_backend == "cuda"
         layers = [name for name, value in (("network namespace", s.network != "off"), ("read-only mounts", s.mounts != "off"),
                                            ("capabilities dropped", s.drop_capabilities), ("cgroup", s.cgroup != "off"))
                   if value]
-        if s.filesystem == "on" or (s.filesystem == "auto" and not cuda):
+        if s.filesystem != "off":
             layers.append("Landlock")
         if s.seccomp != "off":
             layers.append("seccomp")
@@ -499,7 +498,7 @@ class Evaluator:
                          backend=cfg.backend, read_only=[toolchain.pch_dir, *toolchain.include_dirs, *toolchain.lib_dirs],
                          cpu_seconds=int(3 * cfg.compile_timeout_s) + 60)
         try:
-            facts = drive_compile(job, cfg.compile_timeout_s, self._layers(cfg.backend))
+            facts = drive_compile(job, cfg.compile_timeout_s, self._layers())
             if facts.failure is not None:
                 return Compiled(failure=facts.failure, compile_s=facts.compile_s, warnings=facts.warnings)
             return self._adopt(job.staging, key, facts)
@@ -599,7 +598,7 @@ class Evaluator:
                 plan.remeasure = lambda: self.overhead(task, device, fresh=True)
             except Exception as exc:  # the judge could not measure it: only the hard bound is checked
                 _log.warning("no timing overhead for %s on %s: %s", task.task_id, device, exc)
-            driver = RunDriver(job, self.judge(device), plan, self._layers(self.config.backend))
+            driver = RunDriver(job, self.judge(device), plan, self._layers())
             try:
                 return driver.run()
             finally:
