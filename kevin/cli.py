@@ -1,9 +1,11 @@
-"""`kevin ...`: train (the Prefect training flow), evaluate kernels from the command line, and run the suite job.
+"""`kevin ...`: train (the Prefect training flow), evaluate a model (the evaluation flow), evaluate kernels from the
+command line, and run the suite job.
 
 Exit codes: 0 whenever a verdict was produced (whatever it is), 2 for bad arguments or input that
 is not a task/solution at all (missing file, a task without Model, ...); `validate` exits 1 when a data
 check fails; `train` exits 0 when the run ends (all its steps, or stopped by a collapse alert), 1 when it fails
-and 2 for a bad config.
+and 2 for a bad config; `evaluate` exits 0 when the evaluation (or comparison) is written, 1 when it fails and 2 for a
+bad config or a run folder that is not a finished evaluation.
 """
 
 from __future__ import annotations
@@ -181,6 +183,68 @@ def train_cmd(
             write_json(metrics, train_metrics(summaries))
         if curve is not None:
             write_csv(curve, train_curve(summaries), CURVE_FIELDS)
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="params file (repeat to layer several, later ones win); default: params.yaml"),
+    overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
+                                                  help="override a setting, e.g. --set analysis.budget_splits=[4x2]"),
+    checkpoint: Optional[str] = typer.Option(
+        None, "--checkpoint", help="a training checkpoint (a checkpoints folder: its newest; or a step_N folder); "
+                                   "'none': the policy section's model (sets evaluate.checkpoint)"),
+    model: Optional[str] = typer.Option(None, "--model", help="the model to evaluate: an HF folder or hub id "
+                                                              "in-process, or a served name with policy.backend=openai"),
+    resume: bool = typer.Option(False, "--resume", help="continue the evaluation in evaluate.output_dir"),
+    compare: Optional[list[Path]] = typer.Option(
+        None, "--compare", metavar="RUN_DIR", help="compare finished evaluation runs side by side instead of "
+                                                   "evaluating (repeat: base model first, then the checkpoints)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="--compare: where the comparison goes (default "
+                                                           "outputs/compare)"),
+    verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
+) -> None:
+    """Evaluate a model or a checkpoint on the eval split at fixed budget splits (trajectories x turns): metrics,
+    Table 1 / Table 2, curves and plots, tracked in MLflow. Or, with --compare, put finished runs side by side."""
+    if compare:
+        from kevin.experiment.evaluate import compare_runs
+
+        try:
+            paths = compare_runs([str(p) for p in compare], out or Path("outputs/compare"))
+        except (ValueError, FileNotFoundError) as exc:
+            _die(str(exc))
+        typer.echo(Path(paths["tables/comparison.md"]).read_text(encoding="utf-8"))
+        typer.echo(f"tables, curves and plots in {Path(paths['runs']).parent}")
+        return
+    files = [str(p) for p in params] if params else ["params.yaml"]
+    for path in files:
+        if not Path(path).is_file():
+            _die(f"no such params file: {path}")
+    _quiet_libraries(verbose)
+    from flows.evaluate import load_config, run_evaluation
+
+    try:
+        config = load_config(files, list(overrides or []), checkpoint, model)
+    except (ValueError, FileNotFoundError) as exc:
+        _die(str(exc))
+    rollouts = config.evaluate.resolved_output_dir(Path.cwd()) / "rollouts"
+    if not resume and rollouts.is_dir() and any(rollouts.iterdir()):
+        _die(f"{rollouts.parent} already holds an evaluation; continue it with --resume, or evaluate into another "
+             "folder (--set evaluate.output_dir=...)")
+    from kevin.experiment.progress import RichProgress
+
+    progress = RichProgress()
+    state = run_evaluation(files, list(overrides or []), resume=resume, checkpoint=checkpoint, model=model,
+                           project_dir=str(Path.cwd()), progress=progress)
+    if state.is_failed() or state.is_crashed():
+        typer.echo(f"error: evaluation failed: {state.message}", err=True)
+        raise typer.Exit(1)
+    result = state.result()
+    for table in ("table1", "table2"):  # a wrapped table row is unreadable: let long rows run past the edge
+        progress.console.print(result[table], markup=False, soft_wrap=True)
+    progress.line(f"outputs in {result['out_dir']} (metrics.json, tables/, curves/, plots/)")
+    if result["mlflow"]:
+        progress.line(f"MLflow run {result['mlflow']['run_id']}: {result['mlflow']['ui']}")
 
 
 def _quiet_libraries(verbose: bool) -> None:

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Sequence
 
 from kevin.alerts import AlertConfig
+from kevin.analysis.beam import BeamConfig
+from kevin.analysis.metrics import AnalysisConfig
 from kevin.evaluation.cluster import ClusterConfig
 from kevin.evaluation.config import EvalConfig
-from kevin.experiment.config import ExperimentConfig
+from kevin.experiment.config import EvaluateConfig, ExperimentConfig
 from kevin.monitor import MonitorConfig
 from kevin.params import (
     DERIVED,
@@ -62,6 +64,7 @@ class RunConfig(Settings):
         "sampling": SamplingConfig,
         "openai": OpenAIConfig, "rollout": RolloutConfig, "rewards": RewardConfig, "train": TrainConfig,
         "monitor": MonitorConfig, "splits": SplitConfig, "tracking": TrackingConfig, "alerts": AlertConfig,
+        "evaluate": EvaluateConfig, "analysis": AnalysisConfig, "beam": BeamConfig,
         "sft": SFTConfig,
     }
 
@@ -111,6 +114,12 @@ class RunConfig(Settings):
     """MLflow tracking of the run (``kevin/tracking.py``)."""
     alerts: AlertConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Where collapse alerts go (``kevin/alerts.py``)."""
+    evaluate: EvaluateConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """The evaluation run of ``kevin evaluate`` (``kevin/experiment/config.py``)."""
+    analysis: AnalysisConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """Budget splits and metrics of an evaluation (``kevin/analysis/metrics.py``)."""
+    beam: BeamConfig = field(default_factory=dict)  # type: ignore[assignment]
+    """Beam-style selection between the turns of an evaluation (``kevin/analysis/beam.py``)."""
     sft: SFTConfig = field(default_factory=dict)  # type: ignore[assignment]
     """The optional supervised warm start before RL (``kevin/training/sft.py``; off, as in the paper)."""
 

@@ -22,7 +22,7 @@ from kevin.evaluation.config import EvalConfig
 from kevin.experiment.config import ExperimentConfig
 
 SECTIONS = ("experiment", "evaluation", "cluster", "policy", "sampling", "openai", "rollout", "rewards", "train", "monitor",
-            "splits", "tracking", "alerts", "sft")
+            "splits", "tracking", "alerts", "evaluate", "analysis", "beam", "sft")
 """The sections of params.yaml, one config dataclass each (``kevin.config.RunConfig`` composes them)."""
 
 SHARED_DEFAULTS: dict[str, Any] = {

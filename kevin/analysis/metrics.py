@@ -48,13 +48,16 @@ __all__ = [
     "analyze_run",
     "avg_over",
     "best_at_k",
+    "curve_metrics",
     "expected_max_of_subset",
     "fast_name",
     "geometric_mean",
     "metric_names",
     "metrics_at",
+    "outcomes_from_trajectories",
     "outcomes_from_turns",
     "pass_at_k",
+    "report_from_states",
     "subset_max_weights",
     "trajectory_correct",
     "trajectory_fast",
@@ -378,6 +381,12 @@ def metrics_at(tasks: Sequence[TaskOutcome], k: int, turn: int, fast_ps: Sequenc
     return _metrics_from(_turn_table(tasks, turn, fast_ps), [k], pass_ks)[0]
 
 
+def curve_metrics(tasks: Sequence[TaskOutcome], turn: int, ks: Sequence[int], fast_ps: Sequence[float],
+                  pass_ks: Sequence[int] = ()) -> list[Metrics]:
+    """``metrics_at`` for each k in ``ks`` (one per k, in order), the per-turn work done once."""
+    return _metrics_from(_turn_table(tasks, turn, fast_ps), list(ks), pass_ks)
+
+
 # -------------------------------------------------------------------------------------------- a run
 
 
@@ -433,6 +442,10 @@ class AnalysisConfig(Settings):
     def splits(self) -> list[BudgetSplit]:
         return [BudgetSplit.parse(s) for s in self.budget_splits]
 
+    def to_dict(self) -> dict[str, Any]:
+        # Lists, as params.yaml writes them (YAML and JSON have no tuples).
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in super().to_dict().items()}
+
 
 @dataclass(frozen=True)
 class RunReport:
@@ -468,6 +481,37 @@ class RunReport:
     @property
     def metric_names(self) -> list[str]:
         return metric_names(self.fast_ps)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data (``from_dict`` reads it back): a finished evaluation keeps its report on disk, so
+        runs can be compared later without their rollouts."""
+
+        def metrics(m: Metrics) -> dict[str, Any]:
+            return {"k": m.k, "turn": m.turn, "best": dict(m.best), "avg": dict(m.avg),
+                    "pass_kernels": {str(k): v for k, v in m.pass_kernels.items()},
+                    "geomean_speedup": m.geomean_speedup, "kernels": m.kernels, "correct_kernels": m.correct_kernels}
+
+        return {"name": self.name, "trajectories": self.trajectories, "turns": self.turns, "tasks": self.tasks,
+                "fast_ps": list(self.fast_ps), "table_fast_ps": list(self.table_fast_ps),
+                "by_k": [metrics(m) for m in self.by_k], "by_turn": [metrics(m) for m in self.by_turn],
+                "splits": {s: [metrics(m) for m in curve] for s, curve in self.splits.items()},
+                "task_best_speedup": dict(self.task_best_speedup)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunReport":
+        def metrics(d: Mapping[str, Any]) -> Metrics:
+            # JSON object keys are text: pass@k's k comes back as an int.
+            return Metrics(k=int(d["k"]), turn=int(d["turn"]), best=dict(d["best"]), avg=dict(d["avg"]),
+                           pass_kernels={int(k): v for k, v in d.get("pass_kernels", {}).items()},
+                           geomean_speedup=d.get("geomean_speedup"), kernels=int(d.get("kernels", 0)),
+                           correct_kernels=int(d.get("correct_kernels", 0)))
+
+        return cls(name=data["name"], trajectories=int(data["trajectories"]), turns=int(data["turns"]),
+                   tasks=int(data["tasks"]), fast_ps=tuple(float(p) for p in data["fast_ps"]),
+                   table_fast_ps=tuple(float(p) for p in data["table_fast_ps"]),
+                   by_k=tuple(metrics(m) for m in data["by_k"]), by_turn=tuple(metrics(m) for m in data["by_turn"]),
+                   splits={s: tuple(metrics(m) for m in curve) for s, curve in data["splits"].items()},
+                   task_best_speedup={t: float(v) for t, v in data["task_best_speedup"].items()})
 
 
 def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig | None = None) -> RunReport:
@@ -507,7 +551,78 @@ def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig 
     )
 
 
+def report_from_states(name: str, states: Mapping[str, Sequence[Sequence[TaskOutcome]]],
+                       config: AnalysisConfig | None = None, headline: str | None = None) -> RunReport:
+    """A run's report from the rollouts each budget split is read from, turn by turn.
+
+    ``states[split][t]`` are the task outcomes the split is read from as they were after turn t+1: the same
+    outcomes at every t for independent trajectories (only the kernels of turns 1..t+1 count), the beam's
+    trajectories after turn t+1 for a beam-style rollout (selection replaces trajectories between turns). A
+    split ``MxN`` gets best@M after each turn 1..N over however many trajectories its outcomes hold (the subset
+    estimator; a rollout that ended before turn N keeps its last state). The ``headline`` split (default: the
+    first) is the run's Table-1 view: ``trajectories`` x ``turns`` = its M x N, ``by_turn`` its curve, and
+    ``by_k`` best@k after its last turn for every k up to the trajectories its outcomes hold.
+    ``task_best_speedup`` is each task's fastest correct kernel of any state.
+    """
+    config = config or AnalysisConfig()
+    if not states:
+        raise ValueError("no budget split to report")
+    names = {BudgetSplit.parse(s).name: s for s in states}
+    headline = BudgetSplit.parse(headline).name if headline is not None else next(iter(names))
+    if headline not in names:
+        raise ValueError(f"the headline split {headline!r} is not among the splits {list(names)}")
+
+    def at(split: str, turn: int) -> Sequence[TaskOutcome]:
+        found = states[names[split]]
+        if not found:
+            raise ValueError(f"split {split}: its rollout has no finished turn")
+        return found[min(turn, len(found)) - 1]
+
+    ids = [t.task_id for t in at(headline, 1)]
+    splits: dict[str, tuple[Metrics, ...]] = {}
+    for split_name in names:
+        split = BudgetSplit.parse(split_name)
+        for turn in range(1, split.turns + 1):
+            if [t.task_id for t in at(split_name, turn)] != ids:
+                raise ValueError(f"split {split_name} after turn {turn} holds other tasks than split {headline}")
+        splits[split_name] = tuple(curve_metrics(at(split_name, t), t, [split.trajectories], config.fast_ps,
+                                                 config.pass_ks)[0] for t in range(1, split.turns + 1))
+    top = BudgetSplit.parse(headline)
+    last = at(headline, top.turns)
+    by_k = curve_metrics(last, top.turns, range(1, _trajectory_count(last) + 1), config.fast_ps, config.pass_ks)
+    best: dict[str, float] = {i: 0.0 for i in ids}
+    for found in states.values():
+        for tasks in found:
+            for task in tasks:
+                best[task.task_id] = max([best[task.task_id], *(trajectory_perf(tr) for tr in task.trajectories)])
+    return RunReport(name=name, trajectories=top.trajectories, turns=top.turns, tasks=len(ids),
+                     fast_ps=config.fast_ps, table_fast_ps=config.table_fast_ps, by_k=tuple(by_k),
+                     by_turn=splits[headline], splits=splits, task_best_speedup=best)
+
+
 # ------------------------------------------------------------------------------------------- adapter
+
+
+def outcomes_from_trajectories(trajectories: Iterable[Any]) -> list[TaskOutcome]:
+    """Task outcomes from trajectory records (anything with ``task_id`` and ``turns``, each turn with a ``result``
+    dict or an object with ``correct`` and ``speedup``), each trajectory's kernels in the order of its turns.
+
+    Unlike ``outcomes_from_turns`` it does not group turns by their trajectory index: a trajectory that continues
+    another (beam-style selection) holds its parent's turns, whatever slot they were generated in. Tasks keep
+    the order in which they first appear, trajectories theirs.
+    """
+    grouped: dict[str, list[TrajectoryOutcome]] = {}
+    for traj in trajectories:
+        kernels = []
+        for turn in traj.turns:
+            result = turn.result
+            if isinstance(result, Mapping):
+                correct, speedup = result.get("correct", False), result.get("speedup", 0.0)
+            else:
+                correct, speedup = getattr(result, "correct", False), getattr(result, "speedup", 0.0)
+            kernels.append(KernelOutcome(bool(correct), float(speedup or 0.0)))
+        grouped.setdefault(traj.task_id, []).append(TrajectoryOutcome(tuple(kernels)))
+    return [TaskOutcome(task_id, tuple(outs)) for task_id, outs in grouped.items()]
 
 
 def outcomes_from_turns(turns: Iterable[Any]) -> list[TaskOutcome]:

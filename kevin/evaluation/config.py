@@ -39,6 +39,12 @@ class EvalConfig(Settings):
     timing_trials: int = 100
     """Timed calls; the reported runtime is their median (>= 100 for published numbers)."""
 
+    baseline_rounds: int = 2
+    """Rounds of timing over every task's PyTorch reference; the baseline is the fastest round's median. One
+    slow round (a GPU that has not reached its clocks, a burst of other work) would otherwise inflate every
+    speedup of that task until the cache is cleared: seen once on the H200 as a reference 1.33x faster than
+    its own baseline. Rounds go over all tasks before the next starts, so a transient touches one round."""
+
     flush_l2: bool = True
     """Overwrite a buffer larger than the last-level cache before every timed call."""
 
@@ -137,6 +143,8 @@ class EvalConfig(Settings):
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if self.correctness_trials < 1:
             raise ValueError("correctness_trials must be >= 1 (5 or more for reported numbers)")
+        if self.baseline_rounds < 1:
+            raise ValueError("baseline_rounds must be >= 1")
         if self.timing_trials < 1 or self.warmup_trials < 0:
             raise ValueError("timing_trials must be >= 1 and warmup_trials >= 0")
         import math

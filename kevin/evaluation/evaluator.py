@@ -301,14 +301,13 @@ class Evaluator:
         return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
                            timeout_s=max(600.0, self.config.timeout_s))
 
-    def _layers(self, spec_backend: str) -> list[str]:
+    def _layers(self) -> list[str]:
         """The isolation layers asked for, in words (for messages about a process that died)."""
         s = self.config.sandbox
-        cuda = spec_backend == "cuda"
         layers = [name for name, value in (("network namespace", s.network != "off"), ("read-only mounts", s.mounts != "off"),
                                            ("capabilities dropped", s.drop_capabilities), ("cgroup", s.cgroup != "off"))
                   if value]
-        if s.filesystem == "on" or (s.filesystem == "auto" and not cuda):
+        if s.filesystem != "off":
             layers.append("Landlock")
         if s.seccomp != "off":
             layers.append("seccomp")
@@ -329,7 +328,8 @@ class Evaluator:
         torch_version = md.version("torch")
         c = self.config
         return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
-                         f"w{c.warmup_trials}t{c.timing_trials}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
+                         f"w{c.warmup_trials}t{c.timing_trials}r{c.baseline_rounds}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"
+                         f"t{c.cpu_threads}"])
 
     def _task_spec(self, task: Task) -> dict[str, str]:
         return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
@@ -350,13 +350,15 @@ class Evaluator:
             try:
                 counted = [0]
 
-                def tick(message: dict[str, Any]) -> None:
+                rounds = self.config.baseline_rounds
+
+                def tick(message: dict[str, Any]) -> None:  # one message per task and round
                     counted[0] += 1
-                    if progress:
-                        progress(counted[0], len(tasks))
+                    if progress and counted[0] % rounds == 0:
+                        progress(counted[0] // rounds, len(tasks))
 
                 answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
-                                       timeout=max(600.0, self.config.timeout_s * len(tasks)), on_progress=tick)
+                                       timeout=max(600.0, self.config.timeout_s * len(tasks) * rounds), on_progress=tick)
             finally:
                 judge.close()
         times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
@@ -496,7 +498,7 @@ class Evaluator:
                          backend=cfg.backend, read_only=[toolchain.pch_dir, *toolchain.include_dirs, *toolchain.lib_dirs],
                          cpu_seconds=int(3 * cfg.compile_timeout_s) + 60)
         try:
-            facts = drive_compile(job, cfg.compile_timeout_s, self._layers(cfg.backend))
+            facts = drive_compile(job, cfg.compile_timeout_s, self._layers())
             if facts.failure is not None:
                 return Compiled(failure=facts.failure, compile_s=facts.compile_s, warnings=facts.warnings)
             return self._adopt(job.staging, key, facts)
@@ -596,7 +598,7 @@ class Evaluator:
                 plan.remeasure = lambda: self.overhead(task, device, fresh=True)
             except Exception as exc:  # the judge could not measure it: only the hard bound is checked
                 _log.warning("no timing overhead for %s on %s: %s", task.task_id, device, exc)
-            driver = RunDriver(job, self.judge(device), plan, self._layers(self.config.backend))
+            driver = RunDriver(job, self.judge(device), plan, self._layers())
             try:
                 return driver.run()
             finally:

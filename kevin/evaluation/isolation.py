@@ -15,7 +15,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | capabilities dropped, evaluator not dumpable | a root candidate attaching to, or reading the memory of, the evaluator or the judge (ptrace, process_vm_readv, /proc/<pid>/mem need CAP_SYS_PTRACE for a non-dumpable process) | processes that are dumpable (other candidates: see the sibling row) | nothing to drop for a non-root user |
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
-| sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (cuda until validated), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
+| sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (a kernel older than 5.13, or `filesystem: off`), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
 | seccomp deny-list (`apply_seccomp`), both backends | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm; 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning |
 """
 
@@ -67,10 +67,10 @@ class SandboxConfig:
     """`auto`/`on`: no network (namespace as root, else Landlock TCP rules); `off`: inherit the network."""
 
     filesystem: str = "auto"
-    """`on`: Landlock file-system allow-list; `auto`: on for the cpu backend, off (with a warning) on cuda
-    until it has been validated on the GPU machine (CUDA needs its process's /proc folder writable, which the
-    allow-list now grants: docs/gpu_runs.md); `off`: no file-system isolation. Read-only mounts stop writes
-    outside the job's folder on both backends either way."""
+    """`auto`/`on`: Landlock file-system allow-list on both backends (where the kernel has no Landlock, a
+    warning says so); CUDA needs its process's own /proc folder writable, which the allow-list grants
+    (validated with the whole GPU suite on the H200: docs/gpu_runs.md); `off`: no file-system isolation.
+    Read-only mounts stop writes outside the job's folder either way."""
 
     seccomp: str = "auto"
     """`auto`/`on`: the seccomp deny-list (on both backends; CUDA runs under it); `off`: no filter."""
@@ -299,7 +299,7 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int,
     ``workdir`` (the job's own folder) and ``writable`` stay writable; ``read_only`` (e.g. the solution's
     built library in the cache, the precompiled headers) is readable on top of the system paths.
     """
-    filesystem = cfg.filesystem == "on" or (cfg.filesystem == "auto" and backend == "cpu")
+    filesystem = cfg.filesystem != "off"  # on cuda too: validated on the H200 (docs/gpu_runs.md, 2026-12-01)
     seccomp = cfg.seccomp != "off"  # validated with CUDA on the H200 (docs/gpu_runs.md, 2026-12-01)
     repo = str(Path(__file__).resolve().parents[2])
     return {
@@ -315,8 +315,6 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int,
         "mounts": cfg.mounts != "off",
         "drop_capabilities": cfg.drop_capabilities,
         "filesystem": filesystem,
-        "filesystem_note": "" if filesystem or cfg.filesystem == "off" else
-        "file-system isolation (Landlock) is off on cuda until validated on the GPU machine; set sandbox.filesystem=on",
         "seccomp": seccomp,
         "seccomp_note": "",
         "read_paths": read_only_paths([*cfg.extra_read_paths, *read_only]),
@@ -435,8 +433,6 @@ def apply_spec(spec: dict[str, Any]) -> list[str]:
         note = drop_capabilities()
         if note:
             warnings.append(note)
-    if spec.get("filesystem_note"):
-        warnings.append(spec["filesystem_note"])
     deny_tcp = bool(spec.get("network")) and not net_isolated
     if spec.get("filesystem") or deny_tcp:
         read = spec.get("read_paths", []) if spec.get("filesystem") else ["/"]

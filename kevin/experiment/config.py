@@ -99,3 +99,52 @@ class ExperimentConfig(Settings):
         """The run's output folder: ``output_dir`` (relative to the project folder), else ``outputs/<name>``."""
         path = Path(self.output_dir) if self.output_dir else Path("outputs") / self.name
         return path if path.is_absolute() else Path(project_dir) / path
+
+
+NO_CHECKPOINT = ("", "none")
+
+
+@dataclass
+class EvaluateConfig(Settings):
+    """One evaluation run (``kevin evaluate``): which model or checkpoint, on which tasks, written where. The budget
+    splits and metrics come from the ``analysis`` section, beam-style selection from the ``beam`` section."""
+
+    section = "evaluate"
+
+    name: str = "evaluate"
+    """Names the run in the tables, plots and comparison, and its MLflow run; letters, digits, '.', '_' and '-'."""
+
+    output_dir: str = "outputs/evaluate"
+    """Where the run writes its rollouts, metrics, curves, tables and plots (relative to the project folder)."""
+
+    checkpoint: str = "outputs/train/checkpoints"
+    """A training checkpoint to evaluate: a checkpoints folder (its newest ``step_N``) or one ``step_N`` folder.
+    ``none`` (or "") evaluates the model of the ``policy`` section; so does a checkpoints folder that holds no
+    checkpoint yet (said in the log and in the ``checkpoint`` tag)."""
+
+    split: str = "data/splits/split.json"
+    """The split file (``kevin split``) whose eval tasks are evaluated; when it does not exist, or is "", the
+    ``splits`` section draws the split (the same seeded draw ``kevin split`` writes)."""
+
+    max_tasks: int = 0
+    """Evaluate only the first this many eval tasks (a quick look); 0: all of them."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"evaluate.name must be letters, digits, '.', '_' or '-' (it names the run in tables and "
+                             f"MLflow), got {self.name!r}")
+        for name in ("output_dir", "checkpoint", "split"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"evaluate.{name} must be a path (a string), got {getattr(self, name)!r}")
+        if not self.output_dir:
+            raise ValueError("evaluate.output_dir must name a folder, e.g. outputs/evaluate")
+        if isinstance(self.max_tasks, bool) or not isinstance(self.max_tasks, int) or self.max_tasks < 0:
+            raise ValueError(f"evaluate.max_tasks must be an integer >= 0 (0: every eval task), got {self.max_tasks!r}")
+
+    @property
+    def uses_checkpoint(self) -> bool:
+        return self.checkpoint.strip().lower() not in NO_CHECKPOINT
+
+    def resolved_output_dir(self, project_dir: str | Path) -> Path:
+        path = Path(self.output_dir)
+        return path if path.is_absolute() else Path(project_dir) / path

@@ -56,7 +56,7 @@ from kevin.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainingRun", "existing_run", "step_dir", "train_tasks"]
+__all__ = ["TrainingRun", "existing_run", "split_side", "step_dir", "train_tasks"]
 
 STEPS_DIR = "steps"
 CHECKPOINTS_DIR = "checkpoints"
@@ -85,22 +85,31 @@ def _read_json(path: Path) -> Any:
 def train_tasks(config: RunConfig) -> list[Task]:
     """The tasks the run trains on: the train side of ``experiment.split`` (a split file), else of the split the
     ``splits`` section draws."""
+    return split_side(config, config.experiment.split, "train")
+
+
+def split_side(config: RunConfig, split_file: str, side: str) -> list[Task]:
+    """The ``train`` or ``eval`` tasks of ``split_file`` (a ``kevin split`` file), else of the split the ``splits``
+    section draws (``split_file`` ""), in the split's order."""
     from kevin.tasks import load_tasks, read_split, source_root, split_tasks
 
-    if config.experiment.split:
-        split = read_split(config.experiment.split)
+    if side not in ("train", "eval"):
+        raise ValueError(f"a split has a train and an eval side, not {side!r}")
+    if split_file:
+        split = read_split(split_file)
         tasks = {t.task_id: t for t in load_tasks(split.config.source, split.config.levels)}
-        missing = [e.task_id for e in split.train if e.task_id not in tasks]
+        entries = split.train if side == "train" else split.eval
+        missing = [e.task_id for e in entries if e.task_id not in tasks]
         if missing:
-            raise ValueError(f"{config.experiment.split}: its train tasks {missing} are not in {split.config.source!r}")
-        changed = [e.task_id for e in split.train if tasks[e.task_id].digest != e.digest]
+            raise ValueError(f"{split_file}: its {side} tasks {missing} are not in {split.config.source!r}")
+        changed = [e.task_id for e in entries if tasks[e.task_id].digest != e.digest]
         if changed:
-            log.warning("%s: tasks edited since the split was made: %s", config.experiment.split, changed)
-        return [tasks[e.task_id] for e in split.train]
+            log.warning("%s: tasks edited since the split was made: %s", split_file, changed)
+        return [tasks[e.task_id] for e in entries]
     tasks = load_tasks(config.splits.source, config.splits.levels)
     split = split_tasks(tasks, config.splits, root=source_root(config.splits.source))
     by_id = {t.task_id: t for t in tasks}
-    return [by_id[i] for i in split.train_ids]
+    return [by_id[i] for i in (split.train_ids if side == "train" else split.eval_ids)]
 
 
 class TrainingRun:

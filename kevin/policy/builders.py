@@ -5,7 +5,7 @@
   special tokens up to a vocabulary size, with a small chat template;
 - ``model_config`` / ``build_model``: a randomly initialised Qwen2-architecture causal LM from a size preset
   (``0.5b``: Qwen2.5-0.5B's widths, with as many layers as bring the parameter count nearest Qwen2.5-0.5B's;
-  ``tiny``: a few million parameters).
+  ``1.5b``: Qwen2.5-1.5B's widths, likewise; ``tiny``: a few million parameters).
 Such a model writes no kernels; it is for measuring throughput and exercising the whole update (the
 benchmark pairs it with ``kevin.rollout.replay.ReplayPolicy``). transformers, tokenizers and torch are imported
 inside the functions.
@@ -15,18 +15,23 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["CHAT_TEMPLATE", "PRESETS", "QWEN25_05B_PARAMS", "SPECIAL_TOKENS", "build_model", "build_tokenizer",
+__all__ = ["CHAT_TEMPLATE", "PRESETS", "PRESET_TARGETS", "QWEN25_05B_PARAMS", "QWEN25_15B_PARAMS", "SPECIAL_TOKENS", "build_model", "build_tokenizer",
            "count_parameters_meta", "learned_tokens", "model_config"]
 
 # Qwen2.5-0.5B: hidden 896, 24 layers, 14 heads, 2 KV heads, MLP 4864, a 151936-token tied vocabulary:
 # 494,032,768 parameters. With our smaller vocabulary the layer count is raised to come close to that.
 QWEN25_05B_PARAMS = 494_032_768
+# Qwen2.5-1.5B: hidden 1536, 28 layers, 12 heads, 2 KV heads, MLP 8960, the same tied vocabulary: 1,543,714,304.
+QWEN25_15B_PARAMS = 1_543_714_304
 PRESETS: dict[str, dict[str, int]] = {
     "0.5b": {"hidden": 896, "layers": 0, "heads": 14, "kv_heads": 2, "intermediate": 4864, "max_new_tokens": 512},
+    "1.5b": {"hidden": 1536, "layers": 0, "heads": 12, "kv_heads": 2, "intermediate": 8960, "max_new_tokens": 512},
     "tiny": {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "intermediate": 384, "max_new_tokens": 32},
 }
-"""Model sizes; layers 0 = as many as bring the parameter count closest to Qwen2.5-0.5B's. ``max_new_tokens``
-is the response length the benchmark uses with each."""
+"""Model sizes; layers 0 = as many as bring the parameter count closest to the released model's
+(``PRESET_TARGETS``). ``max_new_tokens`` is the response length the benchmark uses with each."""
+PRESET_TARGETS: dict[str, int] = {"0.5b": QWEN25_05B_PARAMS, "1.5b": QWEN25_15B_PARAMS}
+"""Parameter count each preset with ``layers`` 0 aims at."""
 
 SPECIAL_TOKENS = ["<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 CHAT_TEMPLATE = (
@@ -74,7 +79,8 @@ def learned_tokens(tokenizer: Any) -> int:
 
 
 def model_config(preset: str, vocab_size: int, tokenizer: Any, layers: int = 0) -> Any:
-    """A Qwen2 config for ``preset`` (0.5b: layers chosen to land nearest Qwen2.5-0.5B's parameter count)."""
+    """A Qwen2 config for ``preset`` (0.5b, 1.5b: layers chosen to land nearest the released model's parameter
+    count, ``PRESET_TARGETS``; ``layers`` > 0 overrides)."""
     from transformers import Qwen2Config
 
     p = PRESETS[preset]
@@ -93,7 +99,7 @@ def model_config(preset: str, vocab_size: int, tokenizer: Any, layers: int = 0) 
     if not n:
         one, two = count_parameters_meta(make(1)), count_parameters_meta(make(2))
         per_layer, base = two - one, 2 * one - two
-        n = max(1, round((QWEN25_05B_PARAMS - base) / per_layer))
+        n = max(1, round((PRESET_TARGETS[preset] - base) / per_layer))
     return make(n)
 
 

@@ -13,9 +13,17 @@ is already on disk is not run again. In the rollout directory (next to loop.py's
                           long evaluation batch keeps every verdict already given, and the evaluation
                           resumes with the candidates that have none
     turn_NNN.jsonl        the turn's records (loop.py's format), written once every verdict is in
+    parents_NNN.json      only when trajectories branch (beam-style selection, ``TurnStages.branch``): per task,
+                          which trajectory each slot of turn NNN+1 continues
 
 A stage output is written atomically (the verdict file line by line; a line cut by a kill is ignored), so a
 file that exists is complete. The records are those ``run_rollouts`` would write for the same outputs.
+
+Branching: after turn t a selection may continue slot j of the next turn from trajectory ``parents[j]`` (its
+attempts and feedback become slot j's history; several slots sharing a parent are branches). The turn records
+keep the slot they were generated in (``Turn.trajectory``), so a slot's history is its lineage, rebuilt from the
+turn files and the parents files: read it with ``trajectories()`` / ``trajectories_after(t)``, not by grouping
+turn records by their trajectory index (``load_rollout`` does that, and knows nothing of branches).
 """
 
 from __future__ import annotations
@@ -26,11 +34,11 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from kevin.records.evaluation import Candidate, EvalResult
 from kevin.records.generation import GenerationOut
-from kevin.records.jsonl import read_jsonl, write_jsonl
+from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import Trajectory, Turn
 from kevin.records.verdicts import feedback_line, parse_error_verdict
 from kevin.rollout.config import RolloutConfig
@@ -41,7 +49,8 @@ from kevin.tasks.task import Task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvaluateWithProgress", "TurnStages", "generated_path", "parsed_path", "read_verdicts", "verdicts_path"]
+__all__ = ["EvaluateWithProgress", "TurnStages", "generated_path", "parents_path", "parsed_path", "read_verdicts",
+           "verdicts_path"]
 
 VerdictCallback = Callable[[EvalResult], None]
 
@@ -63,6 +72,10 @@ def parsed_path(out_dir: str | Path, turn: int) -> Path:
 
 def verdicts_path(out_dir: str | Path, turn: int) -> Path:
     return Path(out_dir) / f"verdicts_{turn:03d}.jsonl"
+
+
+def parents_path(out_dir: str | Path, turn: int) -> Path:
+    return Path(out_dir) / f"parents_{turn:03d}.json"
 
 
 def read_verdicts(path: str | Path) -> dict[str, EvalResult]:
@@ -121,10 +134,16 @@ class TurnStages:
         self.store = RolloutStore(self.out_dir, config, self.tasks)
         self._trajectories = {(t.task_id, j): Trajectory(task_id=t.task_id, index=j)
                               for t in self.tasks for j in range(config.trajectories)}
-        for turn in self.store.start(resume=True):
-            self._trajectories[(turn.task_id, turn.trajectory)].turns.append(turn)
-        for traj in self._trajectories.values():
-            _update_stop(traj, config)
+        self._after: list[list[Trajectory]] = []  # per finished turn: every slot's history right after it
+        by_turn: dict[int, list[Turn]] = {}
+        for record in self.store.start(resume=True):
+            by_turn.setdefault(record.turn, []).append(record)
+        # Replayed turn by turn: a branch recorded after turn t rewires the histories before turn t+1's records.
+        for turn in sorted(by_turn):
+            self._append(by_turn[turn])
+            saved = parents_path(self.out_dir, turn)
+            if saved.is_file():
+                self._rewire(json.loads(saved.read_text(encoding="utf-8")))
         if self.turns_done and (self.turns_done == config.turns or not self.live()):
             self.store.finish(self.turns_done)  # reopened after its last turn: still a complete rollout
 
@@ -136,8 +155,17 @@ class TurnStages:
         return max((len(t.turns) for t in self._trajectories.values()), default=0)
 
     def trajectories(self) -> list[Trajectory]:
-        """Every trajectory with its finished turns, in task order then trajectory index."""
+        """Every trajectory (slot) with its finished turns, in task order then trajectory index. After a branch a
+        slot's turns are its lineage: its parent's turns, then its own."""
         return list(self._trajectories.values())
+
+    def trajectories_after(self, turn: int) -> list[Trajectory]:
+        """Every slot's history as it was right after ``turn`` (0-based) was recorded, before any branch that
+        followed it: what the rollout held had it stopped there. Without branches these are the trajectories
+        cut after ``turn``."""
+        if not 0 <= turn < len(self._after):
+            raise ValueError(f"turn {turn} is not finished (finished: {len(self._after)})")
+        return [dataclasses.replace(t, turns=list(t.turns)) for t in self._after[turn]]
 
     def live(self) -> list[tuple[Task, Trajectory]]:
         """The trajectories the next turn continues (not stopped early), in task order then index."""
@@ -229,7 +257,48 @@ class TurnStages:
                     arrived(dataclasses.replace(result, candidate_id=cand.candidate_id))
         return self._write_turn(turn, generated, parsed, verdicts)
 
+    def branch(self, turn: int, parents: Mapping[str, Sequence[int]]) -> Path:
+        """Continue slot j of each task's next turn from trajectory ``parents[task_id][j]`` of finished turn
+        ``turn`` (the newest): ``parents_NNN.json``, written atomically before the histories are rewired, so a
+        rollout reopened later continues the same lineages. A branch already recorded for ``turn`` is kept (a
+        different one is an error: the turns after it were generated from the recorded one)."""
+        if turn != self.turns_done - 1:
+            raise ValueError(f"a branch follows the newest finished turn ({self.turns_done - 1}), not turn {turn}")
+        wanted = {t.task_id: [int(p) for p in parents.get(t.task_id, ())] for t in self.tasks}
+        m = self.config.trajectories
+        bad = {tid: ps for tid, ps in wanted.items() if len(ps) != m or any(not 0 <= p < m for p in ps)}
+        if bad:
+            raise ValueError(f"parents must give each task {m} trajectory indices in 0..{m - 1}; got {bad}")
+        path = parents_path(self.out_dir, turn)
+        if path.is_file():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved != wanted:
+                raise ValueError(f"{path} already continues turn {turn} from {saved}, not {wanted}; the later turns "
+                                 "were generated from it: roll out into a new directory to select differently")
+            return path  # recorded before, and applied when this rollout was opened
+        atomic_write_text(path, json.dumps(wanted, indent=1) + "\n")
+        self._rewire(wanted)
+        return path
+
     # -- helpers
+
+    def _append(self, records: Sequence[Turn]) -> None:
+        """Add one turn's records to their slots and remember every slot's history after it."""
+        for record in records:
+            traj = self._trajectories[(record.task_id, record.trajectory)]
+            traj.turns.append(record)
+            _update_stop(traj, self.config)
+        self._after.append([dataclasses.replace(t, turns=list(t.turns)) for t in self._trajectories.values()])
+
+    def _rewire(self, parents: Mapping[str, Sequence[int]]) -> None:
+        """Give slot j of each task a copy of its parent's history (the same Turn records, shared)."""
+        before = dict(self._trajectories)
+        for task in self.tasks:
+            for j, p in enumerate(parents[task.task_id]):
+                parent = before[(task.task_id, int(p))]
+                slot = Trajectory(task_id=task.task_id, index=j, turns=list(parent.turns))
+                _update_stop(slot, self.config)
+                self._trajectories[(task.task_id, j)] = slot
 
     def _generated(self, turn: int) -> list[dict[str, Any]]:
         path = generated_path(self.out_dir, turn)
@@ -257,10 +326,7 @@ class TurnStages:
             records.append(_make_turn(task, traj, turn, _context_from(row["context"]), out, p, result,
                                       self.builder.count_tokens))
         path = self.store.save_turn(turn, records)
-        for record in records:
-            traj = self._trajectories[(record.task_id, record.trajectory)]
-            traj.turns.append(record)
-            _update_stop(traj, self.config)
+        self._append(records)
         if turn + 1 == self.config.turns or not self.live():
             self.store.finish(turn + 1)
         return path

@@ -166,14 +166,13 @@ def load_checkpoint(trainer: GRPOTrainer, path: str | Path) -> dict[str, Any]:
                          "resume with the same train.zero_stage (its model/ folder holds the full weights "
                          "for a fresh start)")
     if trainer.engine is not None:
-        saved_world = int(state.get("world_size", 1))
-        if saved_world != trainer.world_size:
-            raise ValueError(f"{path}: ZeRO-3 partitions of {saved_world} processes cannot resume on "
-                             f"{trainer.world_size}; launch as many processes as the run that saved it")
-        loaded, _ = trainer.engine.load_checkpoint(str(path / "deepspeed"), tag=zero.CHECKPOINT_TAG,
-                                                   load_optimizer_states=True, load_lr_scheduler_states=False)
-        if loaded is None:
-            raise ValueError(f"{path}: DeepSpeed found no checkpoint under deepspeed/{zero.CHECKPOINT_TAG}")
+        if int(state.get("world_size", 1)) != trainer.world_size:  # partitions of another process count
+            zero.load_universal(trainer.engine, path)
+        else:
+            loaded, _ = trainer.engine.load_checkpoint(str(path / "deepspeed"), tag=zero.CHECKPOINT_TAG,
+                                                       load_optimizer_states=True, load_lr_scheduler_states=False)
+            if loaded is None:
+                raise ValueError(f"{path}: DeepSpeed found no checkpoint under deepspeed/{zero.CHECKPOINT_TAG}")
     else:
         _load_weights(trainer, path / "model")
     opt = torch.load(path / "optimizer.pt", map_location=trainer.device, weights_only=True)

@@ -14,8 +14,10 @@ left unset under that launch). What changes against the replicated update (``kev
   (``gradient_clipping`` = ``train.max_grad_norm``), and skips the step when that norm is not finite;
 - the weights stay float32 masters (DeepSpeed's own bf16/fp16 modes are off) and the trainer's bf16
   autocast does the compute, as without ZeRO, so both paths train the same numbers;
-- a checkpoint holds DeepSpeed's partitioned model and optimiser files (resume with the same number of
-  processes) plus the consolidated weights in ``model/``, loadable by ``from_pretrained`` or a vLLM server;
+- a checkpoint holds DeepSpeed's partitioned model and optimiser files plus the consolidated weights in
+  ``model/``, loadable by ``from_pretrained`` or a vLLM server; it resumes on the number of processes that wrote
+  it directly, and on any other number through DeepSpeed's universal checkpoint (``universal_checkpoint``: the
+  partitions converted once into one file per parameter and state, which each process then slices);
 - ``HFPolicy`` generates from the partitioned model in lockstep (the same passes on every process, for the
   same reason as the idle passes); each pass gathers the weights, so a server that loads ``model/`` is the
   fast way to generate.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,3 +107,50 @@ def clipped_norm(norm: float, max_norm: float) -> float:
     if not math.isfinite(norm):
         return 0.0
     return norm * min(1.0, max_norm / (norm + 1e-6))
+
+
+UNIVERSAL_DIR = "deepspeed_universal"
+"""A checkpoint's DeepSpeed partitions converted to a universal checkpoint (made on the first resume that needs it)."""
+
+
+def universal_checkpoint(checkpoint: Path) -> Path:
+    """``checkpoint/deepspeed_universal``: the checkpoint's ZeRO-3 partitions, written by any number of
+    processes, as DeepSpeed's universal checkpoint (per parameter: fp32 weights and both AdamW moments, whole),
+    which a ZeRO-3 engine of any process count can load. Rank 0 converts once (written beside, renamed into
+    place: a kill leaves no half conversion); every process must call it, and all get the path."""
+    from kevin.distributed import barrier, world
+
+    target = checkpoint / UNIVERSAL_DIR
+    if world()[0] == 0 and not target.is_dir():
+        import argparse
+        import contextlib
+        import io
+        import shutil
+
+        from deepspeed.checkpoint import ds_to_universal
+
+        tmp = checkpoint / f".{UNIVERSAL_DIR}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        args = argparse.Namespace(input_folder=str(checkpoint / "deepspeed" / CHECKPOINT_TAG),
+                                  output_folder=str(tmp / CHECKPOINT_TAG), num_extract_workers=1, num_merge_workers=1,
+                                  keep_temp_folder=False, strict=True, inject_missing_state=False)
+        with contextlib.redirect_stdout(io.StringIO()):  # the converter prints every stage and a progress bar
+            ds_to_universal.main(args)
+        os.rename(tmp, target)
+        log.info("%s: ZeRO-3 partitions converted to a universal checkpoint", checkpoint)
+    barrier()
+    return target
+
+
+def load_universal(engine: Any, checkpoint: Path) -> None:
+    """Load ``checkpoint``'s partitions (weights and AdamW state) into ``engine`` whatever process count wrote them."""
+    folder = universal_checkpoint(checkpoint)
+    # The engine was built for a plain checkpoint; DeepSpeed reads this flag when it loads, so set it for this load.
+    engine._config.load_universal_checkpoint = True
+    try:
+        loaded, _ = engine.load_checkpoint(str(folder), tag=CHECKPOINT_TAG, load_optimizer_states=True,
+                                           load_lr_scheduler_states=False)
+    finally:
+        engine._config.load_universal_checkpoint = False
+    if loaded is None:
+        raise ValueError(f"{checkpoint}: DeepSpeed could not load the universal checkpoint in {folder}")

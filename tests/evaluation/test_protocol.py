@@ -113,3 +113,30 @@ def test_an_output_file_that_is_a_link_or_of_the_wrong_size_is_not_read(folder, 
     assert "could not be opened" in importer.read(ref, torch.float32, (4,))  # O_NOFOLLOW
     (folder / "short_0.bin").write_bytes(b"\x00" * 8)
     assert "announced size" in importer.read({**ref, "name": "short_0.bin"}, torch.float32, (4,))
+
+
+def test_a_baseline_is_the_fastest_rounds_median_and_a_broken_task_is_reported(monkeypatch):
+    """Rounds over all tasks, the fastest median kept (one slow round must not inflate a task's speedups), a
+    failing task named with its error, and one progress message per task and round."""
+    import json
+
+    from kevin.evaluation.config import EvalConfig
+    from kevin.evaluation.judge import _Judge
+
+    rfd, wfd = os.pipe()
+    judge = _Judge(EvalConfig(backend="cpu", baseline_rounds=2).to_dict(), "cpu", wfd)
+    medians = {"a": iter([3.0, 2.0]), "b": iter([1.0, 4.0])}
+
+    def time_reference(spec):
+        if spec["task_id"] == "c":
+            raise ValueError("no such input")
+        return next(medians[spec["task_id"]])
+
+    monkeypatch.setattr(judge, "time_reference", time_reference)
+    answer = judge.baselines({"tasks": [{"task_id": k} for k in "abc"]})
+    os.close(wfd)
+    with os.fdopen(rfd) as lines:
+        sent = [json.loads(line) for line in lines]
+    assert answer["ms"] == {"a": 2.0, "b": 1.0}
+    assert list(answer["errors"]) == ["c"] and "no such input" in answer["errors"]["c"]
+    assert [m["task_id"] for m in sent if m["t"] == "progress"] == ["a", "b", "c"] * 2

@@ -69,6 +69,17 @@ def test_auto_is_on_for_both_backends():
         SandboxConfig(seccomp="yes")
 
 
+
+def test_landlock_auto_is_on_for_both_backends():
+    """The file-system allow-list is on by default on cuda too (the GPU suite and hostile suite passed under it
+    on the H200), and grants nothing of /proc beyond the process's own folder, which apply_spec adds."""
+    def spec(backend: str, filesystem: str = "auto") -> dict:
+        return make_spec(SandboxConfig(filesystem=filesystem), backend, "/tmp", 0, 10, 0, [])
+
+    assert spec("cpu")["filesystem"] and spec("cuda")["filesystem"]
+    assert not spec("cuda", "off")["filesystem"] and spec("cuda", "on")["filesystem"]
+    assert not any(p == "/proc" or p.startswith("/proc/") for p in spec("cuda")["write_paths"])
+
 PROBE = textwrap.dedent("""
     import ctypes, os, sys, threading
     from kevin.evaluation.isolation import apply_seccomp

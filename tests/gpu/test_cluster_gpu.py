@@ -38,7 +38,7 @@ def cluster():
 
     if _gpu_count() < 2:
         pytest.skip("needs two GPUs (one per Ray worker)")
-    layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "auto")
+    layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")
     config = EvalConfig(backend="cuda", cache_dir=os.environ.get("KEVIN_CACHE_DIR", ""),
                         sandbox=SandboxConfig(filesystem=layers, seccomp=os.environ.get("KEVIN_TEST_SECCOMP", layers)))
     ray.init(include_dashboard=False, namespace="kevin-gpu-test")

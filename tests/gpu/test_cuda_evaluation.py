@@ -48,10 +48,9 @@ HACKS = {
 
 
 def _config(**over) -> EvalConfig:
-    """The cuda config of these tests: defaults, except Landlock's file-system allow-list and the seccomp
-    deny-list are on, so the suite doubles as their validation on the GPU; KEVIN_TEST_FILESYSTEM=auto runs
-    them as users get them today. KEVIN_TEST_TRANSPORT picks how outputs reach the judge (auto: CUDA IPC
-    where it works)."""
+    """The cuda config of these tests: the defaults (every isolation layer on, so the suite doubles as their
+    validation on the GPU); KEVIN_TEST_FILESYSTEM=off runs them without Landlock, to tell a layer's fault from
+    the evaluator's. KEVIN_TEST_TRANSPORT picks how outputs reach the judge (auto: CUDA IPC where it works)."""
     cache = os.environ.get("KEVIN_CACHE_DIR", "")
     workers = int(os.environ.get("KEVIN_COMPILE_WORKERS", "0"))
     layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")

@@ -4,7 +4,8 @@ ablation with `dvc exp run -S` that changes a metric and is its own MLflow run, 
 pipeline at the validate stage with the data checks' report.
 
 The tiny settings (configs/cpu.yaml of the copy): a 2-layer model from tests/flows, the level-1 tasks only, one
-step of 1 task x 2 trajectories x 1 turn with 32-token responses (parse errors: nothing is compiled)."""
+step of 1 task x 2 trajectories x 1 turn with 32-token responses (parse errors: nothing is compiled); the evaluate
+stage rolls out the trained checkpoint on 1 eval task x 2 trajectories x 1 turn."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def project(tmp_path_factory, cache_dir):
             "rollout": {"trajectories": 2, "turns": 1},
             "evaluation": {"timing_trials": 2, "warmup_trials": 1, "correctness_trials": 1,
                            "cache_dir": str(cache_dir)},
-            "monitor": {"stop_on": []}, "train": {"micro_batch_size": 2}}
+            "monitor": {"stop_on": []}, "train": {"micro_batch_size": 2},
+            "evaluate": {"max_tasks": 1}, "analysis": {"budget_splits": ["2x1"], "pass_ks": [1, 2]}}
     (repo / "configs" / "cpu.yaml").write_text(yaml.safe_dump(tiny, sort_keys=False))
     params = (repo / "params.yaml").read_text()
     assert "  levels: [1, 2]\n" in params
@@ -70,7 +72,7 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     repo, env, dvc = project
     first = _run(dvc + ["repro"], repo, env)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    for stage in ("prepare", "validate", "baseline", "sft", "train", "report"):
+    for stage in ("prepare", "validate", "baseline", "sft", "train", "evaluate", "report"):
         assert f"Running stage '{stage}'" in first.stdout
     metrics = json.loads((repo / "outputs" / "train" / "metrics.json").read_text())
     assert (metrics["steps_done"], metrics["kernels"], metrics["verdicts"]) == (1, 2, {"parse_error": 2})
@@ -109,8 +111,10 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
 
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("kevin").experiment_id])
-    ablation = [r for r in runs if r.data.tags.get("dvc.exp_name") == "traj3"]
-    assert len(runs) == 2 and len(ablation) == 1 and ablation[0].info.run_name == "traj3"
+    stages = sorted((r.data.tags.get("dvc.stage"), r.data.tags.get("dvc.exp_name", "")) for r in runs)
+    assert stages == [("evaluate", ""), ("evaluate", "traj3"), ("train", ""), ("train", "traj3")]
+    (ablation,) = [r for r in runs if r.data.tags.get("dvc.stage") == "train" and r.data.tags.get("dvc.exp_name")]
+    assert ablation.info.run_name == "traj3"
 
     # A task whose cpu size profile is gone: prepare re-runs (its dependency changed) and validate fails.
     task = repo / "data" / "tasks" / "level1" / "01_relu.py"

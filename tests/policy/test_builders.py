@@ -9,6 +9,7 @@ pytest.importorskip("transformers")
 from kevin.policy.builders import (  # noqa: E402
     PRESETS,
     QWEN25_05B_PARAMS,
+    QWEN25_15B_PARAMS,
     build_model,
     build_tokenizer,
     count_parameters_meta,
@@ -43,7 +44,19 @@ def test_presets_and_the_half_billion_layer_count(tok):
         model_config("0.5b", 16384, tok, layers=1))
     assert abs(n - QWEN25_05B_PARAMS) <= per_layer / 2
     assert model_config("0.5b", 16384, tok, layers=3).num_hidden_layers == 3
-    assert set(PRESETS) == {"0.5b", "tiny"}
+    assert set(PRESETS) == {"0.5b", "1.5b", "tiny"}
+
+
+def test_the_presets_at_qwens_own_vocabulary_are_the_released_models(tok):
+    """At Qwen2.5's 151,936-token vocabulary the presets are exactly Qwen2.5-0.5B (24 layers) and Qwen2.5-1.5B
+    (28 layers: 233,373,696 embedding + 28 x 46,797,824 per layer + a 1,536 final norm)."""
+    small, large = model_config("0.5b", 151936, tok), model_config("1.5b", 151936, tok)
+    assert (small.num_hidden_layers, count_parameters_meta(small)) == (24, QWEN25_05B_PARAMS)
+    assert (large.hidden_size, large.intermediate_size, large.num_attention_heads, large.num_key_value_heads) == (
+        1536, 8960, 12, 2)
+    assert (large.num_hidden_layers, count_parameters_meta(large)) == (28, 1_543_714_304) == (28, QWEN25_15B_PARAMS)
+    # With the in-process 16K vocabulary the freed embedding rows go into more layers: 32, 1.52B.
+    assert model_config("1.5b", 16384, tok).num_hidden_layers == 32
 
 
 def test_build_model_draws_from_the_seeded_global_rng(tok):

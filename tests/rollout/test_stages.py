@@ -119,3 +119,35 @@ def test_a_directory_rolled_out_with_other_settings_is_refused(tasks, tmp_path):
     TurnStages(tmp_path, tasks, RolloutConfig(trajectories=2, turns=2)).evaluate(0, ReportingEvaluator())
     with pytest.raises(ValueError, match="rollout.trajectories = 2"):
         TurnStages(tmp_path, tasks, RolloutConfig(trajectories=3, turns=2))
+
+
+def test_a_branch_gives_each_slot_its_parents_history_and_survives_a_reopen(tasks, tmp_path):
+    from kevin.rollout.stages import parents_path
+
+    cfg = RolloutConfig(trajectories=2, turns=2)
+    gen, ev = ScriptedGenerator(), ReportingEvaluator(SCRIPT)
+    stages = TurnStages(tmp_path, tasks, cfg)
+    run_stages(stages, gen, ev, 1)
+    # toy/a: trajectory 0 was correct in turn 0, so both slots continue it; toy/b keeps its own two.
+    parents = {"toy/a": [0, 0], "toy/b": [0, 1]}
+    with pytest.raises(ValueError, match="2 trajectory indices"):
+        stages.branch(0, {"toy/a": [0], "toy/b": [0, 1]})
+    stages.branch(0, parents)
+    assert json.loads(parents_path(tmp_path, 0).read_text()) == parents
+    lineage = [[(t.trajectory, t.turn) for t in traj.turns] for traj in stages.trajectories()]
+    assert lineage == [[(0, 0)], [(0, 0)], [(0, 0)], [(1, 0)]]  # slot (toy/a, 1) now holds trajectory 0's turn
+    # What the rollout held right after turn 0, before the branch.
+    assert [[t.trajectory for t in traj.turns] for traj in stages.trajectories_after(0)] == [[0], [1], [0], [1]]
+
+    stages.generate(1, gen)
+    # Slot 1 of toy/a is prompted with trajectory 0's attempt: its correct kernel's feedback.
+    prompts = [p.text for p in gen.batches[-1]]
+    assert prompts[0] == prompts[1]
+    stages.parse(1)
+    stages.evaluate(1, ev)
+
+    again = TurnStages(tmp_path, tasks, cfg)  # a new process reads the same lineages back
+    assert [t.to_dict() for t in again.trajectories()] == [t.to_dict() for t in stages.trajectories()]
+    assert [[(t.trajectory, t.turn) for t in traj.turns] for traj in again.trajectories()][1] == [(0, 0), (1, 1)]
+    with pytest.raises(ValueError, match="newest finished turn"):
+        again.branch(0, {"toy/a": [1, 1], "toy/b": [0, 1]})
