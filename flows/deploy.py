@@ -10,7 +10,7 @@ deployment per flow with a schedule and parameters, and the collapse automation 
 The flows run from this project folder (the deployments point at it, so a worker on this machine needs no copy
 of the code) with the parameters given here: the training flow reads ``--params`` files in order, then
 ``--set`` overrides, and resumes its run (``resume``: a scheduled run continues the experiment it left). The
-evaluation flow (``flows/evaluate.py``) is deployed with its own defaults when the file exists.
+evaluation flow (``flows/evaluate.py``) is deployed with the same settings when the file defines one flow.
 """
 
 from __future__ import annotations
@@ -69,7 +69,12 @@ def specs(params: Sequence[str], overrides: Sequence[str], project: Path, cron: 
                       "Kevin's multi-turn RL training flow; each run resumes the experiment from its checkpoint.")]
     entry = evaluation_entrypoint(PROJECT) if with_evaluation else ""
     if entry:
-        out.append(DeploySpec(entry, "kevin-evaluate", {}, eval_cron, "Kevin's evaluation flow."))
+        # The same settings as training; resume: a run killed mid-way continues (a newer checkpoint is refused by
+        # the evaluation itself: trigger it with another evaluate.output_dir in `overrides`).
+        out.append(DeploySpec(entry, "kevin-evaluate",
+                              {"params": [str(p) for p in params], "overrides": list(overrides), "resume": True,
+                               "project_dir": str(project)}, eval_cron,
+                              "Kevin's evaluation flow: the newest checkpoint on the eval split."))
     return out
 
 

@@ -24,6 +24,10 @@ def test_specs_hold_the_training_flow_with_its_parameters_and_schedule(tmp_path)
     assert (train.entrypoint, train.name, train.cron) == ("flows/train.py:train", "kevin-train", "0 3 * * *")
     assert train.parameters == {"params": ["a.yaml", "b.yaml"], "overrides": ["experiment.steps=1"], "resume": True,
                                 "project_dir": str(tmp_path)}
+    train, evaluate = specs(["a.yaml"], [], tmp_path, "0 3 * * *", "0 6 * * *")
+    assert (evaluate.entrypoint, evaluate.name, evaluate.cron) == ("flows/evaluate.py:evaluate", "kevin-evaluate",
+                                                                   "0 6 * * *")
+    assert evaluate.parameters == {"params": ["a.yaml"], "overrides": [], "resume": True, "project_dir": str(tmp_path)}
     with pytest.raises(ValueError, match="path/to/file.py:flow_function"):
         DeploySpec("flows/train.py", "x")
 
