@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
+from flows.common import run_name, transient
 from kevin.config import RunConfig
 from kevin.experiment.evaluate import EvaluationRun
 from kevin.experiment.progress import Progress
@@ -50,26 +51,7 @@ def load_config(params: list[str], overrides: list[str], checkpoint: str | None 
 
 
 def _flow_run_name() -> str:
-    from prefect.runtime import flow_run
-
-    params = flow_run.parameters
-    try:
-        name = load_config(params.get("params") or ["params.yaml"], params.get("overrides") or []).evaluate.name
-    except (ValueError, TypeError, FileNotFoundError):  # the flow itself reports the bad config
-        name = "evaluate"
-    return f"{name}-resume" if params.get("resume") else name
-
-
-def _transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a generation only when a server timed out or refused the connection."""
-    from kevin.policy.openai_backend import GenerationError
-
-    try:
-        state.result()
-    except (GenerationError, ConnectionError, TimeoutError):
-        return True
-    except BaseException:  # noqa: BLE001  (any other failure is final)
-        return False
+    return run_name(lambda config: config.evaluate.name, "evaluate")
     return False
 
 
@@ -77,7 +59,7 @@ def _transient(task: Any, task_run: Any, state: Any) -> bool:
 
 
 @task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{rollout}-turn-{turn}",
-      retry_condition_fn=_transient)
+      retry_condition_fn=transient)
 def generate(run: EvaluationRun, rollout: str, turn: int) -> str | None:
     path = run.generate(rollout, turn)
     return str(path) if path is not None else None

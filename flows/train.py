@@ -28,6 +28,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
+from flows.common import run_name, transient
 from kevin.config import RunConfig
 from kevin.experiment.progress import Progress
 from kevin.experiment.run import TrainingRun
@@ -44,26 +45,7 @@ def load_config(params: list[str], overrides: list[str]) -> RunConfig:
 
 
 def _flow_run_name() -> str:
-    from prefect.runtime import flow_run
-
-    params = flow_run.parameters
-    try:
-        name = load_config(params.get("params") or ["params.yaml"], params.get("overrides") or []).experiment.name
-    except (ValueError, TypeError, FileNotFoundError):  # the flow itself reports the bad config
-        name = "kevin"
-    return f"{name}-resume" if params.get("resume") else name
-
-
-def _transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a generation only for failures that pass: a server that timed out or refused the connection."""
-    from kevin.policy.openai_backend import GenerationError
-
-    try:
-        state.result()
-    except (GenerationError, ConnectionError, TimeoutError):
-        return True
-    except BaseException:  # noqa: BLE001  (any other failure is final)
-        return False
+    return run_name(lambda config: config.experiment.name, "kevin")
     return False
 
 
@@ -82,7 +64,7 @@ def sample_batch(run: TrainingRun, step: int) -> str:
 
 
 @task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{step}-turn-{turn}",
-      retry_condition_fn=_transient)
+      retry_condition_fn=transient)
 def generate(run: TrainingRun, step: int, turn: int) -> str | None:
     path = run.generate(step, turn)
     return str(path) if path is not None else None

@@ -142,10 +142,7 @@ def train_cmd(
 ) -> None:
     """Train: run the Prefect training flow in this process (no server needed) and print its results."""
 
-    files = [str(p) for p in params] if params else ["params.yaml"]
-    for path in files:
-        if not Path(path).is_file():
-            _die(f"no such params file: {path}")
+    files = _params_files(params)
     _quiet_libraries(verbose)
     from flows.train import load_config, run_training
     from kevin.experiment.run import existing_run
@@ -216,10 +213,7 @@ def evaluate_cmd(
         typer.echo(Path(paths["tables/comparison.md"]).read_text(encoding="utf-8"))
         typer.echo(f"tables, curves and plots in {Path(paths['runs']).parent}")
         return
-    files = [str(p) for p in params] if params else ["params.yaml"]
-    for path in files:
-        if not Path(path).is_file():
-            _die(f"no such params file: {path}")
+    files = _params_files(params)
     _quiet_libraries(verbose)
     from flows.evaluate import load_config, run_evaluation
 
@@ -245,6 +239,15 @@ def evaluate_cmd(
     progress.line(f"outputs in {result['out_dir']} (metrics.json, tables/, curves/, plots/)")
     if result["mlflow"]:
         progress.line(f"MLflow run {result['mlflow']['run_id']}: {result['mlflow']['ui']}")
+
+
+def _params_files(params: Optional[list[Path]]) -> list[str]:
+    """The --params files in order (params.yaml when none), each checked to exist."""
+    files = [str(p) for p in params] if params else ["params.yaml"]
+    for path in files:
+        if not Path(path).is_file():
+            _die(f"no such params file: {path}")
+    return files
 
 
 def _quiet_libraries(verbose: bool) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from flows.train import _artifact_key, _transient, load_config
+from flows.common import transient as _transient
+from flows.train import _artifact_key, load_config
 from kevin.policy.openai_backend import GenerationError
 from tests.conftest import REPO
 
