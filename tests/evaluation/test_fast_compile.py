@@ -38,13 +38,18 @@ def _cuda_sources(solution: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_every_bundled_cuda_reference_compiles_on_the_narrow_header_path(tmp_path, monkeypatch):
-    """Both translation units of each reference as our build writes them (no GPU needed to compile)."""
+def test_bundled_cuda_references_compile_on_the_narrow_header_path(tmp_path, monkeypatch):
+    """Both translation units of each reference as our build writes them (no GPU needed to compile).
+
+    Every third reference by default (20 of 60, both levels, ~5 min on 2 cores instead of ~15): the GPU suite
+    builds, checks and runs all 60 (docs/gpu_runs.md); KEVIN_TEST_ALL_CUDA_BUILDS=1 builds all 60 here."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     toolchain = Toolchain.detect("cuda", str(tmp_path / "headers"))
     assert prepare_headers(toolchain) == ""
     solutions = sorted(bundled_solutions_dir("cuda").rglob("*.py"))
     assert len(solutions) >= 60
+    if os.environ.get("KEVIN_TEST_ALL_CUDA_BUILDS") != "1":
+        solutions = solutions[::3]
     # Arguments are captured serially: capturing patches a module attribute, which threads would race on.
     requests = {solution: ExtensionRequest.from_call(_load_inline_kwargs(solution)) for solution in solutions}
 

@@ -124,7 +124,12 @@ def test_a_baseline_is_the_fastest_rounds_median_and_a_broken_task_is_reported(m
     from kevin.evaluation.judge import _Judge
 
     rfd, wfd = os.pipe()
-    judge = _Judge(EvalConfig(backend="cpu", baseline_rounds=2).to_dict(), "cpu", wfd)
+    grad, threads = torch.is_grad_enabled(), torch.get_num_threads()
+    try:  # the judge sets up its own process (no autograd, the baseline's threads): not this one's to keep
+        judge = _Judge(EvalConfig(backend="cpu", baseline_rounds=2).to_dict(), "cpu", wfd)
+    finally:
+        torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
     medians = {"a": iter([3.0, 2.0]), "b": iter([1.0, 4.0])}
 
     def time_reference(spec):
