@@ -86,7 +86,7 @@ def load_rollout(out_dir: str | Path) -> list[Trajectory]:
     turns = [t for path in _completed_turn_files(out_dir) for t in load_turns(path)]
     trajectories = group_trajectories(turns)
     for traj in trajectories:
-        _update_stop(traj, config)
+        update_stop(traj, config)
     return trajectories
 
 
@@ -143,7 +143,7 @@ class RolloutStore:
 # ---------------------------------------------------------------------------------- one turn
 
 
-def _attempts(traj: Trajectory) -> list[Attempt]:
+def past_attempts(traj: Trajectory) -> list[Attempt]:
     return [Attempt(turn=t.turn, kernel=t.kernel, summary=t.summary, feedback=t.feedback) for t in traj.turns]
 
 
@@ -151,7 +151,7 @@ def candidate_id(task_id: str, trajectory: int, turn: int) -> str:
     return f"{task_id}#traj{trajectory}#turn{turn}"
 
 
-def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: int, evaluate: Evaluate,
+def evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: int, evaluate: Evaluate,
                    backend: str) -> list[EvalResult]:
     """Verdicts in job order: parse errors locally, every parsed kernel in one evaluate() call."""
     results: list[EvalResult | None] = [None] * len(jobs)
@@ -176,7 +176,7 @@ def _evaluate_turn(jobs: list[tuple[Task, Trajectory, ParsedResponse]], turn: in
     return [r for r in results if r is not None]
 
 
-def _make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out: GenerationOut,
+def make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out: GenerationOut,
                parsed: ParsedResponse, result: EvalResult, count_tokens: TokenCounter) -> Turn:
     return Turn(
         task_id=task.task_id, trajectory=traj.index, turn=turn, result=result,
@@ -194,7 +194,7 @@ def _make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out:
 def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate, evaluate: Evaluate,
              builder: PromptBuilder, backend: str) -> list[Turn]:
     """One turn for every live trajectory: one generate() batch, one evaluate() batch. Turns in ``live`` order."""
-    contexts = [builder.build(task, _attempts(traj)) for task, traj in live]
+    contexts = [builder.build(task, past_attempts(traj)) for task, traj in live]
     over = sum(c.over_budget for c in contexts)
     if over:
         log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
@@ -204,13 +204,13 @@ def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate,
         raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
     parsed = [parse_response(o.text, truncated=o.truncated, reasoning_open=c.reasoning_open)
               for o, c in zip(outs, contexts)]
-    results = _evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn, evaluate, backend)
+    results = evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn, evaluate, backend)
     assert builder.count_tokens is not None  # set by PromptBuilder.__post_init__
-    return [_make_turn(task, traj, turn, ctx, out, p, r, builder.count_tokens)
+    return [make_turn(task, traj, turn, ctx, out, p, r, builder.count_tokens)
             for (task, traj), ctx, out, p, r in zip(live, contexts, outs, parsed, results)]
 
 
-def _update_stop(traj: Trajectory, config: RolloutConfig) -> None:
+def update_stop(traj: Trajectory, config: RolloutConfig) -> None:
     """Mark a trajectory stopped once it produced a correct kernel at or above the target speedup."""
     target = config.early_stop_speedup
     if target is None or traj.stopped:
@@ -272,7 +272,7 @@ def run_rollouts(
             trajectories[(turn.task_id, turn.trajectory)].turns.append(turn)
         start = max((len(t.turns) for t in trajectories.values()), default=0)
         for traj in trajectories.values():
-            _update_stop(traj, config)
+            update_stop(traj, config)
 
     bar = _progress(config, start)
     by_id = {task.task_id: task for task in tasks}
@@ -284,7 +284,7 @@ def run_rollouts(
         turns = run_turn(turn, live, generate, evaluate, builder, config.backend)
         for (_, traj), record in zip(live, turns):
             traj.turns.append(record)
-            _update_stop(traj, config)
+            update_stop(traj, config)
         if store is not None:
             store.save_turn(turn, turns)
         done = turn + 1

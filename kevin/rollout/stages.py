@@ -42,7 +42,7 @@ from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import Trajectory, Turn
 from kevin.records.verdicts import feedback_line, parse_error_verdict
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import Generate, RolloutStore, _attempts, _make_turn, _update_stop, candidate_id, turn_path
+from kevin.rollout.loop import Generate, RolloutStore, candidate_id, make_turn, past_attempts, turn_path, update_stop
 from kevin.rollout.parsing import ParsedResponse, parse_response
 from kevin.rollout.prompts import PromptBuilder, PromptContext, TokenCounter
 from kevin.tasks.task import Task
@@ -189,7 +189,7 @@ class TurnStages:
         live = self.live()
         if not live:
             return None
-        contexts = [self.builder.build(task, _attempts(traj)) for task, traj in live]
+        contexts = [self.builder.build(task, past_attempts(traj)) for task, traj in live]
         over = sum(c.over_budget for c in contexts)
         if over:
             log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
@@ -287,7 +287,7 @@ class TurnStages:
         for record in records:
             traj = self._trajectories[(record.task_id, record.trajectory)]
             traj.turns.append(record)
-            _update_stop(traj, self.config)
+            update_stop(traj, self.config)
         self._after.append([dataclasses.replace(t, turns=list(t.turns)) for t in self._trajectories.values()])
 
     def _rewire(self, parents: Mapping[str, Sequence[int]]) -> None:
@@ -297,7 +297,7 @@ class TurnStages:
             for j, p in enumerate(parents[task.task_id]):
                 parent = before[(task.task_id, int(p))]
                 slot = Trajectory(task_id=task.task_id, index=j, turns=list(parent.turns))
-                _update_stop(slot, self.config)
+                update_stop(slot, self.config)
                 self._trajectories[(task.task_id, j)] = slot
 
     def _generated(self, turn: int) -> list[dict[str, Any]]:
@@ -323,7 +323,7 @@ class TurnStages:
             if not result.feedback:
                 result.feedback = feedback_line(result)
             out = GenerationOut(**row["output"])
-            records.append(_make_turn(task, traj, turn, _context_from(row["context"]), out, p, result,
+            records.append(make_turn(task, traj, turn, _context_from(row["context"]), out, p, result,
                                       self.builder.count_tokens))
         path = self.store.save_turn(turn, records)
         self._append(records)

@@ -40,7 +40,7 @@ from kevin.distributed import max_over_processes, shard, world
 from kevin.records.rollout import TrainingSample, Trajectory, Turn
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import Evaluate, Generate, _attempts, _evaluate_turn, _make_turn, _update_stop
+from kevin.rollout.loop import Evaluate, Generate, evaluate_turn, make_turn, past_attempts, update_stop
 from kevin.rollout.parsing import parse_response
 from kevin.rollout.prompts import PromptBuilder
 from kevin.tasks.task import Task
@@ -179,7 +179,7 @@ class DistributedStep:
             live = [(task, traj) for task, traj in mine if not traj.stopped]
             if max_over_processes(len(live)) == 0:
                 break
-            contexts = [self.builder.build(task, _attempts(traj)) for task, traj in live]
+            contexts = [self.builder.build(task, past_attempts(traj)) for task, traj in live]
             with self._timed(seconds, f"generate/{turn}"):
                 outs = list(self.generate([c.prompt for c in contexts]))  # even when empty: lockstep
             if len(outs) != len(contexts):
@@ -190,10 +190,10 @@ class DistributedStep:
                       for o, c in zip(outs, contexts)]
             local["judged"] += sum(not p.parse_error for p in parsed)
             with self._timed(seconds, f"evaluate/{turn}"):
-                results = _evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn,
-                                         self.evaluate, self.rollout.backend)
+                results = evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn,
+                                        self.evaluate, self.rollout.backend)
             assert self.builder.count_tokens is not None
-            records = [_make_turn(task, traj, turn, ctx, out, p, r, self.builder.count_tokens)
+            records = [make_turn(task, traj, turn, ctx, out, p, r, self.builder.count_tokens)
                        for (task, traj), ctx, out, p, r in zip(live, contexts, outs, parsed, results)]
             with self._timed(seconds, f"gather/{turn}"):
                 gathered: list[list[Turn]] = all_gather_objects(records)
@@ -201,7 +201,7 @@ class DistributedStep:
                 traj = every[(record.task_id, record.trajectory)]
                 traj.turns.append(record)
             for traj in every.values():
-                _update_stop(traj, self.rollout)
+                update_stop(traj, self.rollout)
         return list(every.values())
 
 

@@ -71,12 +71,12 @@ def test_reasoning_never_reaches_the_context(relu_task):
     # Attempt has no reasoning field by construction; check the loop's conversion keeps it that way.
     from kevin.records.evaluation import EvalResult, Status
     from kevin.records.rollout import Trajectory, Turn
-    from kevin.rollout.loop import _attempts
+    from kevin.rollout.loop import past_attempts
 
     verdict = EvalResult("level1/01_relu", "c", Status.CORRECT, correct=True, feedback="fb")
     turn = Turn("level1/01_relu", 0, 0, verdict, reasoning="SECRET-THOUGHTS", kernel="class ModelNew: ...", summary="s")
     traj = Trajectory("level1/01_relu", 0, [turn])
-    text = PromptBuilder("cpu").build(relu_task, _attempts(traj)).text
+    text = PromptBuilder("cpu").build(relu_task, past_attempts(traj)).text
     assert "SECRET-THOUGHTS" not in text and "fb" in text
 
 
