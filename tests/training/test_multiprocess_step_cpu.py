@@ -238,8 +238,11 @@ def test_one_process_on_the_same_batch_trains_the_same_weights(two_process_step)
     for name, value in single.model.named_parameters():
         if name not in got:  # a tied head is saved once
             continue
-        assert torch.allclose(got[name], value.detach(), atol=2e-6, rtol=1e-5), (name, (got[name] - value).abs().max())
-        moved += int(not torch.equal(got[name], initial[name]))
+        # 1e-5: ZeRO-3 reduces the gradient shards in another order than one process sums them, and AdamW's
+        # division by sqrt(v) enlarges that float32 noise where a gradient is near zero (seen: 2.4e-6). An update
+        # moves the weights by ~lr = 1e-3, a hundred times the tolerance, so a missed or wrong update still fails.
+        assert torch.allclose(got[name], value.detach(), atol=1e-5, rtol=1e-5), (name, (got[name] - value).abs().max())
+        moved += int((got[name] - initial[name]).abs().max() > 1e-4)
     assert moved > len(got) // 2
 
 
