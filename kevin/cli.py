@@ -331,7 +331,7 @@ def baseline_cmd(
     from kevin.config import RunConfig
 
     try:
-        cfg = RunConfig.from_files([str(p) for p in params] if params else ["params.yaml"]).evaluation
+        cfg = RunConfig.from_files(_params_files(params)).evaluation
         evaluator = Evaluator(cfg)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _die(str(exc))
@@ -369,7 +369,7 @@ def sft_cmd(
     from kevin.pipeline import write_json
 
     try:
-        config = RunConfig.from_files([str(p) for p in params] if params else ["params.yaml"], list(overrides or []))
+        config = RunConfig.from_files(_params_files(params), list(overrides or []))
     except (ValueError, FileNotFoundError) as exc:
         _die(str(exc))
     out.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import csv
 import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from kevin.analysis.metrics import BudgetSplit, Metrics, RunReport, fast_name
 
@@ -59,7 +60,8 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)]) + "\n"
 
 
-def _csv(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def csv_text(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A CSV file's text: the header, then the rows (any values csv writes)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(header)
@@ -106,7 +108,7 @@ def table1_csv(reports: Sequence[RunReport]) -> str:
     header = ["run", "trajectories", "turns", "tasks", *(f"{m}_{which}" for m in metrics for which in ("best", "avg"))]
     rows = [[r.name, str(r.trajectories), str(r.turns), str(r.tasks),
              *(num(getattr(r.final, which)[m]) for m in metrics for which in ("best", "avg"))] for r in reports]
-    return _csv(header, rows)
+    return csv_text(header, rows)
 
 
 # ------------------------------------------------------------------------------------------- Table 2
@@ -149,7 +151,7 @@ def table2_csv(reports: Sequence[RunReport], splits: Sequence[str] | None = None
             if m is not None:
                 split = BudgetSplit.parse(s)
                 rows.append([r.name, s, str(split.trajectories), str(split.turns), num(m.best["perf"]), num(m.best["correct"])])
-    return _csv(["run", "split", "trajectories", "turns", "perf", "correct"], rows)
+    return csv_text(["run", "split", "trajectories", "turns", "perf", "correct"], rows)
 
 
 # ---------------------------------------------------------------------------------------- comparison
@@ -221,7 +223,7 @@ def comparison_csv(reports: Sequence[RunReport], baseline: str | None = None) ->
         base = row.get(reports[b])
         deltas = [None if row.get(r) is None or base is None else row.get(r) - base for r in others]
         rows.append([row.label, *(num(row.get(r)) for r in reports), *map(num, deltas)])
-    return _csv(header, rows)
+    return csv_text(header, rows)
 
 
 # ---------------------------------------------------------------------------- curves in long form (DVC)
@@ -239,13 +241,13 @@ def turn_curves_csv(reports: Sequence[RunReport]) -> str:
             for m in curve:
                 rows += [[r.name, split, str(m.k), str(m.turn), name, num(m.best[name]), num(m.avg[name])]
                          for name in r.metric_names]
-    return _csv(["run", "split", "k", "turn", "metric", "best", "avg"], rows)
+    return csv_text(["run", "split", "k", "turn", "metric", "best", "avg"], rows)
 
 
 def best_at_k_csv(reports: Sequence[RunReport]) -> str:
     """The best@k curves after the last turn: run, k, metric, best."""
     rows = [[r.name, str(m.k), name, num(m.best[name])] for r in reports for m in r.by_k for name in r.metric_names]
-    return _csv(["run", "k", "metric", "best"], rows)
+    return csv_text(["run", "k", "metric", "best"], rows)
 
 
 # ----------------------------------------------------------------------------------------- flat dict

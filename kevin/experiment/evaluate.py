@@ -37,6 +37,7 @@ import yaml
 
 from kevin.analysis.beam import BeamConfig
 from kevin.analysis.metrics import AnalysisConfig, RunReport
+from kevin.analysis.tables import csv_text
 from kevin.config import RunConfig
 from kevin.experiment.progress import Progress
 from kevin.records.jsonl import atomic_write_text, read_jsonl
@@ -173,17 +174,6 @@ def load_report(run_dir: str | Path) -> RunReport:
     return RunReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _csv_rows(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    import csv
-    import io
-
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
 def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.6f}"
 
@@ -193,11 +183,11 @@ def wide_curves(report: RunReport) -> dict[str, str]:
     of each metric after the last turn) and ``turns/<split>.csv`` per budget split and the run's own size (turn,
     then best@k of each metric with k = the split's trajectories)."""
     names = report.metric_names
-    out = {"best_at_k.csv": _csv_rows(["k", *names], [[m.k, *(_num(m.best[n]) for n in names)] for m in report.by_k])}
+    out = {"best_at_k.csv": csv_text(["k", *names], [[m.k, *(_num(m.best[n]) for n in names)] for m in report.by_k])}
     curves = {f"{report.trajectories}x{report.turns}": report.by_turn, **report.splits}
     for split, curve in curves.items():
-        out[f"turns/{split}.csv"] = _csv_rows(["turn", *names], [[m.turn, *(_num(m.best[n]) for n in names)]
-                                                                   for m in curve])
+        out[f"turns/{split}.csv"] = csv_text(["turn", *names], [[m.turn, *(_num(m.best[n]) for n in names)]
+                                                                 for m in curve])
     return out
 
 
