@@ -47,7 +47,7 @@ from kevin.evaluation.judge import JudgeClient
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
 from kevin.records.verdicts import parse_error_verdict
 from kevin.evaluation.rules import cpp_rule_hits, load_rules, static_hits
-from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile
+from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile, draw_spot_trials
 from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.symbols import library_hits
 from kevin.evaluation.verdict import Failure, Overhead, RunFacts, assemble, score
@@ -535,10 +535,11 @@ class Evaluator:
     def _plan(self, task: Task, compiled: Compiled, device: str) -> tuple[RunPlan, dict[str, Any]]:
         cfg = self.config
         n = cfg.timing_trials
-        spots = sorted(random.SystemRandom().sample(range(n), min(2, n)))
+        seeds = [cfg.seed + 5000, cfg.seed + 5001]
+        spots = draw_spot_trials(n, len(seeds), random.SystemRandom())
         plan = RunPlan(task=self._task_spec(task),
                        trials=[(cfg.seed + 1000 + k, DISTRIBUTIONS[k % len(DISTRIBUTIONS)]) for k in range(cfg.correctness_trials)],
-                       timing_trials=n, spot_trials=spots, spot_seeds=[cfg.seed + 5000, cfg.seed + 5001],
+                       timing_trials=n, spot_trials=spots, spot_seeds=seeds,
                        watched_trial=secrets.randbelow(cfg.correctness_trials), own_kernels=compiled.kernels,
                        allowed_ops=list(cfg.allowed_runtime_ops), backend=cfg.backend, timeout_s=cfg.timeout_s,
                        slack_ms=cfg.resolved_clock_slack_ms, tolerance=cfg.clock_tolerance)

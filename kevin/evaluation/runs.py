@@ -9,6 +9,7 @@ message out of order, malformed or missing is the candidate's failure, never the
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -49,6 +50,14 @@ def _strings(value: Any, limit: int = 50) -> list[str]:
     if not isinstance(value, list):
         return []
     return [str(v)[:500] for v in value[:limit] if isinstance(v, str)]
+
+
+def draw_spot_trials(n: int, sources: int, rng: random.Random) -> list[int]:
+    """Which of ``n`` timed calls have their outputs checked: one drawn at random among the calls of each timing
+    input (call i runs on input ``i % sources``). Drawing two calls from all of them would, one time in
+    ``sources``, pick calls of the same input, and an output cached on the first call (the inputs are refreshed
+    in place, so their pointers never change) would then pass both checks."""
+    return sorted(rng.choice(range(k, n, sources)) for k in range(min(sources, n)))
 
 
 def reported_failure(message: dict[str, Any]) -> Failure:

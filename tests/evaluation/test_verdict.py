@@ -116,3 +116,17 @@ def test_a_failure_wins_over_anything_reported():
                      runtime_ms=1.0, timed=True)
     r = assemble("t", "c", "cpu", facts, 3.0, 5, 10.0)
     assert r.status is Status.INCORRECT and not r.correct and r.error.startswith("trial 2")
+
+
+def test_spot_checked_timed_calls_cover_every_timing_input():
+    """One call of each input: an output cached on the first call matches one input's reference, never both."""
+    import random
+
+    from kevin.evaluation.runs import draw_spot_trials
+
+    rng = random.Random(0)
+    draws = [draw_spot_trials(100, 2, rng) for _ in range(200)]
+    assert all(d == sorted(d) and sorted(i % 2 for i in d) == [0, 1] and 0 <= min(d) and max(d) < 100 for d in draws)
+    assert len({tuple(d) for d in draws}) > 150  # still drawn at random, not fixed calls a candidate could expect
+    assert draw_spot_trials(1, 2, rng) == [0]
+    assert draw_spot_trials(3, 2, random.Random(1)) in ([0, 1], [1, 2])
