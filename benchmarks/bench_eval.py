@@ -118,6 +118,7 @@ def ours_serial_compile_seconds(backend: str, items: list, k: int, headers_from:
 
 def other_checkout_per_minute(folder: str, backend: str, n: int) -> tuple[float, str]:
     """Candidates per minute of the same benchmark in another checkout (its own process and cold cache)."""
+    folder = os.path.abspath(folder)  # the other benchmark runs in that folder: a relative path would count twice
     cmd = [sys.executable, os.path.join(folder, "benchmarks", "bench_eval.py"), "--backend", backend, "--n", str(n),
            "--stock", "0", "--cache", tempfile.mkdtemp(prefix="kevin-bench-other-")]
     env = {**os.environ, "PYTHONPATH": folder}

@@ -1,7 +1,11 @@
 """The training flow: one Prefect task per step of the recipe; all the work is ``kevin.experiment.run.TrainingRun``.
 
-    sample batch -> per turn: generate -> parse -> evaluate -> aggregate -> update -> collapse check
+    sample batch -> per turn (and wave): generate -> parse -> evaluate -> aggregate -> update -> collapse check
                  -> checkpoint -> sync weights -> track (and a markdown artifact per step)
+
+With ``experiment.rollout_waves`` > 1 a wave's parse and evaluate are submitted to the flow's task runner and run
+while the next wave generates (``kevin.rollout.waves.run_waves`` says in which order); generation stays in the
+flow's thread.
 
 Tasks hand each other file paths (the turn files, the samples, the checkpoint folder), never tensors. The
 generation of a turn is retried with exponential backoff when it failed in a way that passes (a generation
@@ -32,6 +36,7 @@ from flows.common import run_name, transient
 from kevin.config import RunConfig
 from kevin.experiment.progress import Progress
 from kevin.experiment.run import TrainingRun
+from kevin.rollout.waves import run_waves
 
 __all__ = ["load_config", "run_training", "train"]
 
@@ -63,21 +68,21 @@ def sample_batch(run: TrainingRun, step: int) -> str:
     return str(run.sample_batch(step))
 
 
-@task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{step}-turn-{turn}",
+@task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{step}-turn-{turn}-wave-{wave}",
       retry_condition_fn=transient)
-def generate(run: TrainingRun, step: int, turn: int) -> str | None:
-    path = run.generate(step, turn)
+def generate(run: TrainingRun, step: int, turn: int, wave: int) -> str | None:
+    path = run.generate(step, turn, wave)
     return str(path) if path is not None else None
 
 
-@task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{step}-turn-{turn}")
-def parse(run: TrainingRun, step: int, turn: int, generated: str) -> str:
-    return str(run.parse(step, turn))
+@task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{step}-turn-{turn}-wave-{wave}")
+def parse(run: TrainingRun, step: int, turn: int, wave: int) -> str:
+    return str(run.parse(step, turn, wave))
 
 
-@task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{step}-turn-{turn}")
-def evaluate(run: TrainingRun, step: int, turn: int, parsed: str) -> str:
-    return str(run.evaluate(step, turn))
+@task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{step}-turn-{turn}-wave-{wave}")
+def evaluate(run: TrainingRun, step: int, turn: int, wave: int, parsed: str) -> str:
+    return str(run.evaluate(step, turn, wave))
 
 
 @task(name="aggregate-rewards", cache_policy=NO_CACHE, task_run_name="aggregate-rewards-{step}")
@@ -120,13 +125,15 @@ def _run_step(run: TrainingRun, step: int) -> None:
                                 retry_delay_seconds=exponential_backoff(cfg.retry_delay_s) if cfg.retry_delay_s else 0,
                                 timeout_seconds=cfg.generation_timeout_s or None)
     sample_batch(run, step)
-    turn_files = []
-    for turn in range(run.turns):
-        generated = gen(run, step, turn)
-        if generated is None:  # every trajectory stopped early
-            break
-        parsed = parse(run, step, turn, generated)
-        turn_files.append(evaluate(run, step, turn, parsed))
+
+    def generate_wave(wave: int, turn: int) -> bool:
+        return gen(run, step, turn, wave) is not None  # None: every trajectory of the wave stopped early
+
+    def judge_wave(wave: int, turn: int) -> Any:
+        parsed = parse.submit(run, step, turn, wave)
+        return evaluate.submit(run, step, turn, wave, parsed)  # waits for the parse: its result is an argument
+
+    turn_files = run_waves(run.waves, run.turns, generate_wave, judge_wave)
     samples = aggregate(run, step, turn_files)
     updated = update.with_options(timeout_seconds=cfg.update_timeout_s or None)(run, step, samples)
     monitor_file = check_collapse(run, step, updated)

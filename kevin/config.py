@@ -137,6 +137,10 @@ class RunConfig(Settings):
         for name, cls in self.SECTION_CLASSES.items():
             setattr(self, name, cls.from_dict(resolved[name]))
         self.response_length_schedule = dict(sorted((int(k), v) for k, v in self.response_length_schedule.items()))
+        if self.experiment.rollout_waves > self.rollout.trajectories:
+            raise ValueError(f"experiment.rollout_waves ({self.experiment.rollout_waves}) cannot exceed "
+                             f"rollout.trajectories ({self.rollout.trajectories}): each wave holds some of every "
+                             "task's trajectories")
 
     def _check_shared(self) -> None:
         if self.backend not in BACKENDS:

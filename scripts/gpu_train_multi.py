@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
     from kevin.rollout.config import RolloutConfig
     from kevin.rollout.replay import ReferenceReplay
     from kevin.tasks import load_bundled_suite
-    from kevin.training.dp_step import DistributedStep, all_gather_objects, trajectory_share
+    from kevin.training.dp_step import DistributedStep, all_gather_objects
 
     rank, size = init_from_env()
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -182,10 +182,10 @@ def run(args: argparse.Namespace) -> int:
     built_gb = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else 0.0
     policy = HFPolicy(trainer.model, tok, SamplingConfig(temperature=trainer.config.temperature,
                                                          max_new_tokens=args.max_response_tokens, seed=rank))
-    mine = len(trajectory_share(args.trajectories, rank, size))
-    # Half of this process's trajectories replay (rounded down, so that every process also samples: a ZeRO-3
-    # policy needs every process in each generation pass).
-    replay = ReferenceReplay(policy, load_bundled_suite(), trajectories=mine, replayed=mine // 2, backend=args.backend)
+    # Trajectories 0 .. m/2 - 1 of every task replay (rounded down). The shares are strided, so each process replays
+    # about half of its own and samples the rest: a ZeRO-3 policy needs every process in each generation pass.
+    replay = ReferenceReplay(policy, load_bundled_suite(), trajectories=args.trajectories,
+                             replayed=args.trajectories // 2, backend=args.backend)
     evaluator = Evaluator(EvalConfig(backend=args.backend, gpus=[local] if device == "cuda" else []))
     rollout = RolloutConfig(trajectories=args.trajectories, turns=args.turns, backend=args.backend,
                             max_prompt_tokens=8192)

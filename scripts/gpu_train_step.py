@@ -33,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trajectories", type=int, default=4, help="trajectories per task (default 4)")
     ap.add_argument("--turns", type=int, default=2, help="turns per trajectory (default 2)")
     ap.add_argument("--max-response-tokens", type=int, default=512, help="response length limit (default 512)")
+    ap.add_argument("--waves", type=int, default=1, help="experiment.rollout_waves: 2 judges one half of the trajectories "
+                    "while the other half generates (default 1)")
     ap.add_argument("--vocab-size", type=int, default=16384)
     ap.add_argument("--out", default="outputs/gpu_train_step", help="the run's folder; report.md and step.json go here")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -70,13 +72,16 @@ def longest_reference(config, model_dir: Path) -> int:
 
 
 def run_step(run) -> None:
-    """Step 0, in the order of ``flows/train.py``'s ``_run_step``."""
+    """Step 0, in the order of ``flows/train.py``'s ``_run_step``: waves as there, each wave's parse and evaluate in a
+    thread beside the next generation (Prefect's thread-pool task runner does the same in the flow)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kevin.rollout.waves import run_waves
+
     run.sample_batch(0)
-    for turn in range(run.turns):
-        if run.generate(0, turn) is None:
-            break
-        run.parse(0, turn)
-        run.evaluate(0, turn)
+    with ThreadPoolExecutor(max_workers=run.waves) as pool:
+        run_waves(run.waves, run.turns, lambda wave, turn: run.generate(0, turn, wave) is not None,
+                  lambda wave, turn: pool.submit(lambda: (run.parse(0, turn, wave), run.evaluate(0, turn, wave))[1]))
     run.aggregate(0)
     run.update(0)
     run.check_collapse(0)
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = [
         f"backend={args.backend}", f"max_response_tokens={args.max_response_tokens}", "response_length_schedule={}",
         "experiment.name=gpu-train-step", f"experiment.output_dir={out / 'run'}", "experiment.steps=1",
-        f"experiment.tasks_per_batch={args.tasks}",
+        f"experiment.tasks_per_batch={args.tasks}", f"experiment.rollout_waves={args.waves}",
         "policy.backend=hf", f"policy.model={model_dir}", "policy.wrap=kevin.rollout.replay:replay_references",
         f"rollout.trajectories={args.trajectories}", f"rollout.turns={args.turns}", "tracking.enabled=false",
         f"train.device={device}", f"sampling.batch_size={args.tasks * args.trajectories}", *args.overrides,
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((folder / "summary.json").read_text())
     update = summary["update"]
     tokens = sum(m.get("tokens_per_s", 0.0) for m in update) / max(1, len(update))
-    figures = {"preset": args.preset, "parameters": params, "device": torch.cuda.get_device_name() if device == "cuda"
+    figures = {"preset": args.preset, "parameters": params, "waves": args.waves, "device": torch.cuda.get_device_name() if device == "cuda"
                else "cpu", "torch": torch.__version__, "build_model_s": round(build_s, 1),
                "open_s": round(opened, 1), "seconds": summary["seconds"], "update_tokens_per_s": round(tokens, 1),
                "verdicts": summary["verdicts"], "turns": summary["turns"], "peak_gpu_gb":

@@ -211,6 +211,9 @@ class Evaluator:
             self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
         cores = self.config.cpu_cores or os.cpu_count() or 2
         self._compile_workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
+        # Shared by every batch in progress: two batches at once (waves of a rollout) compile in as many processes
+        # as one batch would, not twice as many.
+        self._compile_slots = threading.BoundedSemaphore(self._compile_workers)
         # On cpu a run process started ahead would take cores from the one being timed.
         self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
         # Compiler jobs per compile worker, so that all workers together never oversubscribe the cores.
@@ -631,6 +634,13 @@ class Evaluator:
 
     # -- batches -----------------------------------------------------------------------------------
 
+    @property
+    def concurrent_batches(self) -> bool:
+        """Whether several ``evaluate_many`` calls may run at once without changing their verdicts. On cuda they
+        share the compile slots, and the device lock keeps every timed run alone on its GPU. On cpu one batch's
+        compiles would share the cores with another's timed runs, so its callers take one batch at a time."""
+        return self.config.backend == "cuda"
+
     def evaluate_many(self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None,
                       show_progress: bool = False) -> list[EvalResult]:
         """Evaluate many candidates: compile on a CPU pool, run on every device, results in input order."""
@@ -663,7 +673,8 @@ class _Batch:
     def compile_one(self, i: int) -> None:
         task, cand = self.items[i]
         started = time.perf_counter()
-        compiled = self.ev.compile(cand)
+        with self.ev._compile_slots:
+            compiled = self.ev.compile(cand)
         self._show("advance", "compiling")
         if compiled.failure is not None:
             result = self.ev._failed(task, cand, compiled.failure, compiled.warnings)

@@ -62,6 +62,13 @@ class ExperimentConfig(Settings):
     a CPU machine that other work shares, 1 is often much faster: a small model's generation is many small
     operations, and every one of them waits for the slowest thread."""
 
+    rollout_waves: int = 1
+    """Groups a step's trajectories are cut into so that their turns overlap: while one wave's kernels compile and
+    run, the next wave generates (``kevin/rollout/waves.py``). Wave k holds the trajectories whose index is k modulo
+    this number, so it must not exceed ``rollout.trajectories``. 1: generate the whole turn, then judge it. With the
+    ``cpu`` backend, a wave's timed runs share the cores with the next wave's generation on a CPU policy: keep 1
+    there unless the policy is served elsewhere."""
+
     generation_retries: int = 2
     """Retries of a turn's generation that failed in a way that passes (a generation server timing out or
     refusing connections); other errors fail the run at once."""
@@ -81,7 +88,7 @@ class ExperimentConfig(Settings):
                              f"run and a Prefect flow run), got {self.name!r}")
         if not isinstance(self.output_dir, str) or not isinstance(self.split, str):
             raise ValueError("experiment.output_dir and experiment.split must be paths (strings) or empty")
-        for name in ("steps", "tasks_per_batch", "checkpoint_every"):
+        for name in ("steps", "tasks_per_batch", "checkpoint_every", "rollout_waves"):
             if not _positive_int(getattr(self, name)):
                 raise ValueError(f"experiment.{name} must be a positive integer, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

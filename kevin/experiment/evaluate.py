@@ -432,16 +432,17 @@ class EvaluationRun:
         if turn < stages.turns_done:
             return stages.evaluate(turn, _nothing_to_judge)
         pending = len(read_jsonl(generated_path(stages.out_dir, turn)))
-        self.progress.evaluation_started(0, turn, pending)
+        label = f"{rollout}: turn {turn + 1}"
+        self.progress.evaluation_started(0, label, pending)
 
         def judge(batch: Any, progress: Any = None) -> Any:
             self.calls["evaluations"] += len(batch)
             return self.evaluator.evaluate_many(batch, progress=progress)
 
         try:
-            path = stages.evaluate(turn, judge, on_verdict=self.progress.verdict)
+            path = stages.evaluate(turn, judge, on_verdict=lambda result: self.progress.verdict(result, label))
         finally:
-            self.progress.evaluation_finished(0, turn)
+            self.progress.evaluation_finished(0, label)
         return path
 
     def select(self, rollout: str, turn: int) -> Path | None:

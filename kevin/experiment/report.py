@@ -13,11 +13,11 @@ from typing import Any, Mapping, Sequence
 from kevin.records.rollout import TrainingSample, Trajectory
 from kevin.tracking import STATUSES, markdown_table
 
-__all__ = ["PHASES", "phase_seconds", "print_results", "run_summary", "step_lines", "step_report_markdown", "task_rows", "turn_rows",
+__all__ = ["PHASES", "ROLLOUT_PHASES", "phase_seconds", "rollout_wall", "print_results", "run_summary", "step_lines", "step_report_markdown", "task_rows", "turn_rows",
            "verdict_counts"]
 
 PHASES = ("sample", "generate", "parse", "evaluate", "aggregate", "update", "monitor", "checkpoint", "sync")
-"""The phases of a step, in order; ``timings.json`` keys are ``<phase>`` or ``<phase>/<turn>``."""
+"""The phases of a step, in order; ``timings.json`` keys are ``<phase>``, ``<phase>/<turn>`` or ``<phase>/<turn>/<wave>``."""
 
 
 def verdict_counts(trajectories: Sequence[Trajectory]) -> dict[str, int]:
@@ -51,15 +51,35 @@ def task_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
     return list(rows.values())
 
 
-def phase_seconds(timings: Mapping[str, float]) -> dict[str, float]:
-    """Seconds per phase (a phase's turns added up, in PHASES order) and the step's total."""
+ROLLOUT_PHASES = ("generate", "parse", "evaluate")
+"""The phases of a step's turns; with waves they overlap one another."""
+
+
+def rollout_wall(spans: Mapping[str, Sequence[float]]) -> float | None:
+    """Seconds from the start of the step's first turn phase to the end of its last (None when ``spans``, the
+    ``spans.json`` of a step, has none): the rollout's wall time, less than its phases' sum when waves overlap."""
+    rows = [v for k, v in spans.items() if k.split("/", 1)[0] in ROLLOUT_PHASES]
+    if not rows:
+        return None
+    return max(float(end) for _, end in rows) - min(float(begin) for begin, _ in rows)
+
+
+def phase_seconds(timings: Mapping[str, float], spans: Mapping[str, Sequence[float]] | None = None) -> dict[str, float]:
+    """Seconds per phase (a phase's turns and waves added up, in PHASES order) and the step's total. With ``spans``
+    (start and end of each timed block) also ``rollout_wall``, the rollout's wall time, and the total counts the
+    rollout by its wall time instead of the sum of its overlapping phases."""
     out: dict[str, float] = {}
     for key, seconds in timings.items():
         phase = key.split("/", 1)[0]
         out[phase] = out.get(phase, 0.0) + float(seconds)
     ordered = {p: out[p] for p in PHASES if p in out}
     ordered.update({p: v for p, v in out.items() if p not in ordered})
-    ordered["step"] = sum(ordered.values())
+    total = sum(ordered.values())
+    wall = rollout_wall(spans or {})
+    if wall is not None:
+        ordered["rollout_wall"] = round(wall, 4)
+        total += wall - sum(ordered.get(p, 0.0) for p in ROLLOUT_PHASES)
+    ordered["step"] = total
     return ordered
 
 

@@ -3,10 +3,10 @@
     open()                               build or resume everything; the first step to run
     for each step:
         sample_batch(step)               tasks of the step                       steps/step_N/batch.json
-        for each turn:
-            generate(step, turn)         every live trajectory's response        rollout/generated_T.jsonl
-            parse(step, turn)            reasoning / kernel / summary            rollout/parsed_T.jsonl
-            evaluate(step, turn)         every kernel of the turn, in parallel   rollout/verdicts_T.jsonl, turn_T.jsonl
+        for each turn, for each wave:
+            generate(step, turn, wave)   every live trajectory's response        rollout/generated_T.jsonl
+            parse(step, turn, wave)      reasoning / kernel / summary            rollout/parsed_T.jsonl
+            evaluate(step, turn, wave)   every kernel of the turn, in parallel   rollout/verdicts_T.jsonl, turn_T.jsonl
         aggregate(step)                  turn returns, per-task advantages       samples.jsonl
         update(step)                     the GRPO update (k optimiser steps)     update.json
         check_collapse(step)             the collapse monitor; alerts            monitor.json
@@ -17,6 +17,11 @@
 
 ``flows/train.py`` runs each method as a Prefect task and passes the paths they return. The methods do the work
 and keep the run's state; none of them knows about Prefect.
+
+Waves (``experiment.rollout_waves`` W > 1): the step's trajectories are cut into W waves (``kevin/rollout/waves.py``),
+each a rollout folder of its own (``rollout/wave_K``), and a wave's parse and evaluation run beside the next wave's
+generation. Generation stays in the caller's thread, in one fixed order; parse and evaluate of different waves may
+run at once in other threads, so the run's shared files (``timings.json``) and folders are guarded by a lock.
 
 What a kill loses (``kevin train --resume``): the run restarts from its newest checkpoint (weights, optimiser,
 every RNG, the task sampler, the monitor, the policy's sampler). The steps after it are redone from their files:
@@ -31,6 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,6 +47,7 @@ import yaml
 from kevin.config import RunConfig
 from kevin.experiment.progress import Progress
 from kevin.experiment.report import (
+    ROLLOUT_PHASES,
     phase_seconds,
     run_summary,
     step_lines,
@@ -52,6 +59,7 @@ from kevin.experiment.report import (
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
 from kevin.rollout.stages import TurnStages, generated_path
+from kevin.rollout.waves import wave_slots
 from kevin.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -138,7 +146,10 @@ class TrainingRun:
         self.monitor: Any = None
         self.tracker: Any = None
         self.mlflow: dict[str, str] = {}
-        self._stages: dict[int, TurnStages] = {}
+        self.waves = config.experiment.rollout_waves
+        self._stages: dict[tuple[int, int], TurnStages] = {}
+        self._lock = threading.Lock()  # the waves' threads share the stage table and timings.json
+        self._evaluations = threading.Lock()  # held by an evaluation when the evaluator takes one batch at a time
 
     # ------------------------------------------------------------------------------------------ set-up
 
@@ -172,6 +183,10 @@ class TrainingRun:
         if cfg.policy.wrap:
             self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
         self.evaluator = batch_evaluator(cfg.evaluation, cfg.cluster)
+        if self.waves > 1 and cfg.backend == "cpu" and cfg.policy.backend != "openai":
+            log.warning("experiment.rollout_waves=%d on the cpu backend: a wave's timed runs share the cores with the "
+                        "next wave's generation, which slows them unevenly; use 1 unless the policy runs elsewhere",
+                        self.waves)
         self.monitor = CollapseMonitor(cfg.monitor)
         if self.resume:
             self._restore()
@@ -243,23 +258,42 @@ class TrainingRun:
 
     @contextmanager
     def _timed(self, step: int, key: str) -> Iterator[None]:
-        """Add the seconds of the block to the step's ``timings.json`` under ``key`` (``phase`` or ``phase/turn``)."""
-        start = time.perf_counter()
+        """Add the seconds of the block to the step's ``timings.json`` under ``key`` (``phase``, ``phase/turn`` or
+        ``phase/turn/wave``), and its start and end (seconds since the epoch) to ``spans.json``: with waves the
+        phases overlap, and the spans give the rollout's wall time."""
+        began, start = time.time(), time.perf_counter()
         yield
-        path = self._dir(step) / "timings.json"
-        timings = _read_json(path) if path.is_file() else {}
-        timings[key] = round(time.perf_counter() - start, 4)
-        _write_json(path, timings)
+        seconds = round(time.perf_counter() - start, 4)
+        with self._lock:
+            for name, value in (("timings.json", seconds), ("spans.json", [round(began, 4), round(began + seconds, 4)])):
+                path = self._dir(step) / name
+                table = _read_json(path) if path.is_file() else {}
+                table[key] = value
+                _write_json(path, table)
 
-    def _stage(self, step: int) -> TurnStages:
-        if step not in self._stages:
-            batch = _read_json(self._dir(step) / "batch.json")["tasks"]
-            self._stages[step] = TurnStages(self._dir(step) / "rollout", [self.tasks[t] for t in batch],
-                                            self.config.rollout, tokenizer=self.tokenizer)
-        return self._stages[step]
+    def _turn_key(self, phase: str, turn: int, wave: int) -> str:
+        return f"{phase}/{turn}" if self.waves == 1 else f"{phase}/{turn}/{wave}"
 
-    def _policy_state_file(self, step: int, turn: int) -> Path:
-        return self._dir(step) / "rollout" / f"policy_{turn:03d}.pt"
+    def _label(self, turn: int, wave: int) -> str:
+        text = f"turn {turn + 1}/{self.config.rollout.turns}"
+        return text if self.waves == 1 else f"{text}, wave {wave + 1}/{self.waves}"
+
+    def _stage(self, step: int, wave: int = 0) -> TurnStages:
+        """The rollout folder of one wave of the step: ``rollout`` itself with one wave, else ``rollout/wave_K``."""
+        with self._lock:
+            if (step, wave) not in self._stages:
+                batch = _read_json(self._dir(step) / "batch.json")["tasks"]
+                folder = self._dir(step) / "rollout"
+                slots = None
+                if self.waves > 1:
+                    folder = folder / f"wave_{wave}"
+                    slots = wave_slots(self.config.rollout.trajectories, self.waves)[wave]
+                self._stages[(step, wave)] = TurnStages(folder, [self.tasks[t] for t in batch], self.config.rollout,
+                                                        tokenizer=self.tokenizer, trajectory_indices=slots)
+            return self._stages[(step, wave)]
+
+    def _policy_state_file(self, step: int, turn: int, wave: int) -> Path:
+        return self._stage(step, wave).out_dir / f"policy_{turn:03d}.pt"
 
     def _save_policy_state(self, path: Path) -> None:
         import torch
@@ -287,13 +321,16 @@ class TrainingRun:
         with self._timed(step, "sample"):
             batch = self.sampler.next_batch()
             if path.is_file():
-                before = _read_json(path)["tasks"]
-                if before != batch:
-                    raise ValueError(f"step {step} was rolled out on {before} but the sampler now draws {batch}: the "
-                                     "split or experiment settings changed since; resume with the ones it started "
+                before = _read_json(path)
+                if before["tasks"] != batch:
+                    raise ValueError(f"step {step} was rolled out on {before['tasks']} but the sampler now draws {batch}: "
+                                     "the split or experiment settings changed since; resume with the ones it started "
                                      "with, or start a new run")
+                if before.get("waves", 1) != self.waves:
+                    raise ValueError(f"step {step} was rolled out in {before.get('waves', 1)} waves and this run has "
+                                     f"experiment.rollout_waves={self.waves}; resume with the setting it started with")
             else:
-                _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch})
+                _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
             setter = getattr(self.policy, "set_max_response_tokens", None)
             if setter is not None:
                 setter(self.config.response_tokens_at(step))
@@ -302,14 +339,15 @@ class TrainingRun:
         return path
 
     def live_trajectories(self, step: int) -> int:
-        """Trajectories the step's next turn continues (0: the rollout is over)."""
-        return len(self._stage(step).live())
+        """Trajectories the step's next turn continues, over every wave (0: the rollout is over)."""
+        return sum(len(self._stage(step, wave).live()) for wave in range(self.waves))
 
-    def generate(self, step: int, turn: int) -> Path | None:
-        """Every live trajectory's response of ``turn`` (one batch); None when no trajectory is live. A turn
-        generated before is kept, and the policy's sampler continues from where that generation left it."""
-        stages = self._stage(step)
-        state_file = self._policy_state_file(step, turn)
+    def generate(self, step: int, turn: int, wave: int = 0) -> Path | None:
+        """Every live trajectory's response of ``turn`` in ``wave`` (one batch); None when none is live. A turn
+        generated before is kept, and the policy's sampler continues from where that generation left it (waves
+        generate in one fixed order, so the last kept generation is the last one made)."""
+        stages = self._stage(step, wave)
+        state_file = self._policy_state_file(step, turn, wave)
         if generated_path(stages.out_dir, turn).is_file() or turn < stages.turns_done:
             if state_file.is_file():
                 import torch
@@ -319,7 +357,7 @@ class TrainingRun:
         live = len(stages.live())
         if not live:
             return None
-        self.progress.phase(step, f"turn {turn + 1}/{self.config.rollout.turns}: generating {live} responses")
+        self.progress.phase(step, f"{self._label(turn, wave)}: generating {live} responses")
 
         def generate_and_keep_state(prompts: list[Any]) -> list[Any]:
             outs = self.policy(prompts)
@@ -327,36 +365,48 @@ class TrainingRun:
             self._save_policy_state(state_file)
             return outs
 
-        with self._timed(step, f"generate/{turn}"):
+        with self._timed(step, self._turn_key("generate", turn, wave)):
             path = stages.generate(turn, generate_and_keep_state)
         return path
 
-    def parse(self, step: int, turn: int) -> Path:
-        """Split the turn's responses into reasoning, kernel and summary."""
-        with self._timed(step, f"parse/{turn}"):
-            return self._stage(step).parse(turn)
+    def parse(self, step: int, turn: int, wave: int = 0) -> Path:
+        """Split the turn's responses (of ``wave``) into reasoning, kernel and summary."""
+        with self._timed(step, self._turn_key("parse", turn, wave)):
+            return self._stage(step, wave).parse(turn)
 
-    def evaluate(self, step: int, turn: int) -> Path:
-        """Judge every kernel of the turn (the batch evaluator: compile pool, every device); verdicts already on
-        disk are kept. Writes the turn's records."""
-        stages = self._stage(step)
+    def evaluate(self, step: int, turn: int, wave: int = 0) -> Path:
+        """Judge every kernel of the turn in ``wave`` (the batch evaluator: compile pool, every device); verdicts
+        already on disk are kept. Writes the turn's records. Evaluations of different waves run at once when the
+        evaluator takes several batches at a time (``concurrent_batches``), else one after the other."""
+        stages = self._stage(step, wave)
         total = len(read_jsonl(generated_path(stages.out_dir, turn))) if turn >= stages.turns_done else 0
         if not total:
             return stages.evaluate(turn, self.evaluator.evaluate_many)
-        self.progress.evaluation_started(step, turn, total)
+        label = self._label(turn, wave)
+        one_at_a_time = self._evaluations if not getattr(self.evaluator, "concurrent_batches", False) else None
+        if one_at_a_time is not None:
+            one_at_a_time.acquire()
+        self.progress.evaluation_started(step, label, total)
         try:
-            with self._timed(step, f"evaluate/{turn}"):
-                path = stages.evaluate(turn, self.evaluator.evaluate_many, on_verdict=self.progress.verdict)
+            with self._timed(step, self._turn_key("evaluate", turn, wave)):
+                path = stages.evaluate(turn, self.evaluator.evaluate_many,
+                                       on_verdict=lambda result: self.progress.verdict(result, label))
         finally:
-            self.progress.evaluation_finished(step, turn)
+            self.progress.evaluation_finished(step, label)
+            if one_at_a_time is not None:
+                one_at_a_time.release()
         turns = [t for traj in stages.trajectories() for t in traj.turns if t.turn == turn]
         counts = verdict_counts([Trajectory("", 0, turns)])
-        self.progress.phase(step, f"turn {turn + 1}/{self.config.rollout.turns}: "
-                                  + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        self.progress.phase(step, f"{label}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         return path
 
     def trajectories(self, step: int) -> list[Trajectory]:
-        return self._stage(step).trajectories()
+        """Every trajectory of the step with its finished turns, in batch order then trajectory index."""
+        found = [traj for wave in range(self.waves) for traj in self._stage(step, wave).trajectories()]
+        if self.waves == 1:
+            return found
+        order = {task_id: i for i, task_id in enumerate(_read_json(self._dir(step) / "batch.json")["tasks"])}
+        return sorted(found, key=lambda traj: (order[traj.task_id], traj.index))
 
     def aggregate(self, step: int) -> Path:
         """Turn returns and per-task advantages of every turn of the step: ``samples.jsonl``, written before the
@@ -446,7 +496,8 @@ class TrainingRun:
         monitor = _read_json(folder / "monitor.json")
         alerts = [Alert.from_dict(a) for a in monitor["alerts"]]
         timings = _read_json(folder / "timings.json") if (folder / "timings.json").is_file() else {}
-        seconds = phase_seconds(timings)
+        spans = _read_json(folder / "spans.json") if (folder / "spans.json").is_file() else {}
+        seconds = phase_seconds(timings, spans)
         report = step_report_markdown(self.name, step, self.steps, trajectories, samples, seconds, update,
                                       monitor["row"], [a.message for a in alerts])
         summary = {"step": step, "tasks": task_rows(trajectories), "turns": turn_rows(trajectories, samples),
@@ -457,7 +508,8 @@ class TrainingRun:
         path = atomic_write_text(folder / "report.md", report)
         if not (folder / TRACKED).is_file():
             # perf/rollout_s with the rollout's response tokens gives the generation throughput in MLflow.
-            tracked_seconds = dict(seconds, rollout=sum(seconds.get(p, 0.0) for p in ("generate", "parse", "evaluate")))
+            rollout = seconds.get("rollout_wall", sum(seconds.get(p, 0.0) for p in ROLLOUT_PHASES))
+            tracked_seconds = dict(seconds, rollout=rollout)
             record = summarize_step(step, trajectories, returns=[s.reward for s in samples], update_metrics=update,
                                     monitor_row=monitor["row"], seconds=tracked_seconds)
             self.tracker.log_step(record, trajectories=trajectories, alerts=alerts)

@@ -24,6 +24,11 @@ class Prompt:
     the message texts joined by blank lines (a raw prompt, no template)."""
     templated: bool = False
     """``text`` was rendered by a tokenizer's chat template."""
+    task_id: str = ""
+    """The task whose trajectory asks ("" when unknown). Backends sample from ``text`` or ``messages`` alone; a
+    stand-in policy that replays known responses per trajectory reads this and ``trajectory``."""
+    trajectory: int | None = None
+    """The index of the asking trajectory within its task (None when unknown)."""
 
 
 @dataclass

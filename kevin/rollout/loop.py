@@ -93,14 +93,18 @@ def load_rollout(out_dir: str | Path) -> list[Trajectory]:
 class RolloutStore:
     """Writes a rollout directory turn by turn (each file atomically) and reloads it for a resume."""
 
-    def __init__(self, out_dir: str | Path, config: RolloutConfig, tasks: Sequence[Task]):
+    def __init__(self, out_dir: str | Path, config: RolloutConfig, tasks: Sequence[Task],
+                 trajectory_indices: Sequence[int] | None = None):
         self.out_dir = Path(out_dir)
         self.config = config
         self.task_ids = [t.task_id for t in tasks]
+        self.trajectory_indices = None if trajectory_indices is None else [int(i) for i in trajectory_indices]
 
     def _write_meta(self, turns_completed: int, complete: bool) -> None:
         meta = {"format": FORMAT_VERSION, "config": self.config.to_dict(), "task_ids": self.task_ids,
                 "turns_completed": turns_completed, "complete": complete}
+        if self.trajectory_indices is not None:  # one wave of a step: these trajectories of every task
+            meta["trajectory_indices"] = self.trajectory_indices
         atomic_write_text(self.out_dir / META_FILE, json.dumps(meta, indent=1) + "\n")
 
     def start(self, resume: bool) -> list[Turn]:
@@ -120,6 +124,9 @@ class RolloutStore:
         old = RolloutConfig.from_dict(meta["config"])
         if meta.get("task_ids") != self.task_ids:
             raise ValueError(f"{self.out_dir}: cannot resume, it was rolled out for other tasks ({meta.get('task_ids')})")
+        if meta.get("trajectory_indices") != self.trajectory_indices:
+            raise ValueError(f"{self.out_dir}: cannot resume, it holds trajectories {meta.get('trajectory_indices')} "
+                             f"(None: all) and this run asks for {self.trajectory_indices}")
         # Every setting that changes what a turn asks, shows or stops on must match; new settings are checked
         # unless listed here as presentation only.
         for f in dataclasses.fields(RolloutConfig):
@@ -199,7 +206,7 @@ def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate,
     if over:
         log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
                     turn, over, builder.max_prompt_tokens)
-    outs = list(generate([c.prompt for c in contexts]))
+    outs = list(generate([c.prompt_for(task.task_id, traj.index) for c, (task, traj) in zip(contexts, live)]))
     if len(outs) != len(contexts):
         raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
     parsed = [parse_response(o.text, truncated=o.truncated, reasoning_open=c.reasoning_open)

@@ -316,8 +316,13 @@ class PromptContext:
 
     @property
     def prompt(self) -> Prompt:
-        """The prompt record a policy backend is given."""
+        """The prompt record a policy backend is given (``prompt_for`` also says which trajectory asks)."""
         return Prompt(messages=self.messages, text=self.text, templated=self.templated)
+
+    def prompt_for(self, task_id: str, trajectory: int) -> Prompt:
+        """The prompt record of trajectory ``trajectory`` of task ``task_id``."""
+        return Prompt(messages=self.messages, text=self.text, templated=self.templated, task_id=task_id,
+                      trajectory=trajectory)
 
 
 def render_messages(messages: Messages, tokenizer: Any | None = None) -> str:

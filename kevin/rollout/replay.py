@@ -124,9 +124,9 @@ class ReferenceReplay:
     """``ReplayPolicy`` for a training run, whose batch of tasks changes every step: the first ``replayed`` of each
     task's ``trajectories`` answer with the task's bundled reference solution, the others sample from ``policy``.
 
-    A prompt's task is the one whose source it shows (``tasks`` are every task a batch may hold). As in
-    ``ReplayPolicy``, every trajectory must be live (no early stop): the rollout then asks for each task's m
-    trajectories one after another, so prompt i is trajectory i % m. Checked on every call.
+    A prompt's task is the one whose source it shows (``tasks`` are every task a batch may hold); its trajectory is
+    the one the rollout names on the prompt (``slots``), so a call may hold any of the trajectories (one wave of a
+    step, one process's share).
     """
 
     def __init__(self, policy: Any, tasks: Sequence[Task], trajectories: int, replayed: int, backend: str,
@@ -187,23 +187,38 @@ class ReferenceReplay:
                                "ReferenceReplay needs the run's training tasks")
         return found[0]
 
-    def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
+    def slots(self, prompts: Sequence[Prompt | str]) -> list[tuple[str, int]]:
+        """(task id, trajectory index) of each prompt. The rollout names them on each ``Prompt``; without names
+        (plain texts), every trajectory must be live and each task's m trajectories come one after another, so
+        prompt i is trajectory i % m (checked). The task is always read off the source the prompt shows."""
+        ids = [self.task_of(p.text if isinstance(p, Prompt) else p) for p in prompts]
+        named = [p.trajectory if isinstance(p, Prompt) else None for p in prompts]
+        if all(j is not None for j in named):
+            wrong = [(p.task_id, tid) for p, tid in zip(prompts, ids) if isinstance(p, Prompt) and p.task_id
+                     and p.task_id != tid]
+            if wrong:
+                raise RuntimeError(f"prompts name tasks that are not the ones they show: {wrong[:3]}")
+            return [(tid, int(j)) for tid, j in zip(ids, named)]  # type: ignore[arg-type]
         m = self.trajectories
         if len(prompts) % m:
             raise RuntimeError(f"{len(prompts)} prompts is not a multiple of {m} trajectories: some trajectory "
                                "stopped early, and the replay cannot tell which prompt is which trajectory")
-        ids = [self.task_of(p.text if isinstance(p, Prompt) else p) for p in prompts]
         if any(ids[i] != ids[i - i % m] for i in range(len(ids))):
             raise RuntimeError("the prompts do not come in groups of one task's trajectories; the replay cannot "
                                "tell which prompt is which trajectory")
+        return [(ids[i], i % m) for i in range(len(prompts))]
+
+    def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
+        slots = self.slots(prompts)
         outs: list[GenerationOut | None] = [None] * len(prompts)
-        sampled = [i for i in range(len(prompts)) if i % m >= self.replayed]
-        for i in range(len(prompts)):
-            if i % m < self.replayed:
-                outs[i] = GenerationOut(text=self._response(ids[i]))  # no ids: the trainer tokenizes it
-        if sampled:
-            for i, out in zip(sampled, self.policy([prompts[i] for i in sampled])):
-                outs[i] = out
+        sampled = [i for i, (_, j) in enumerate(slots) if j >= self.replayed]
+        for i, (task_id, j) in enumerate(slots):
+            if j < self.replayed:
+                outs[i] = GenerationOut(text=self._response(task_id))  # no ids: the trainer tokenizes it
+        # Called even with nothing to sample: a policy sharded over processes (ZeRO-3) takes part in the others'
+        # forward passes in every call.
+        for i, out in zip(sampled, self.policy([prompts[i] for i in sampled])):
+            outs[i] = out
         self.calls.append({"prompts": float(len(prompts)), "sampled": float(len(sampled))})
         return [o for o in outs if o is not None]
 

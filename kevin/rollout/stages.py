@@ -118,22 +118,29 @@ class TurnStages:
 
     Built on a directory that holds finished turns, it continues after them (the directory must have been
     rolled out with the same settings and tasks: ``RolloutStore``). ``tokenizer`` renders prompts with the chat
-    template and counts their tokens (as in ``run_rollouts``).
+    template and counts their tokens (as in ``run_rollouts``). ``trajectory_indices`` keeps only those trajectories
+    of every task (one wave of a step, ``kevin.rollout.waves``); None keeps all ``config.trajectories``.
     """
 
     def __init__(self, out_dir: str | Path, tasks: Sequence[Task], config: RolloutConfig, *,
-                 tokenizer: Any | None = None, count_tokens: TokenCounter | None = None):
+                 tokenizer: Any | None = None, count_tokens: TokenCounter | None = None,
+                 trajectory_indices: Sequence[int] | None = None):
         self.out_dir = Path(out_dir)
         self.tasks = list(tasks)
         self.by_id = {t.task_id: t for t in self.tasks}
         self.config = config
+        indices = list(range(config.trajectories)) if trajectory_indices is None else sorted(set(trajectory_indices))
+        if not indices or any(not 0 <= i < config.trajectories for i in indices):
+            raise ValueError(f"trajectory_indices must be some of 0..{config.trajectories - 1}, got {trajectory_indices}")
+        self.indices = indices
         self.builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens,
                                      tokenizer=tokenizer, count_tokens=count_tokens, profile=config.profile,
                                      include_example=config.include_example, system_prompt=config.system_prompt,
                                      reasoning_open=config.prompt_opens_reasoning)
-        self.store = RolloutStore(self.out_dir, config, self.tasks)
+        self.store = RolloutStore(self.out_dir, config, self.tasks,
+                                  trajectory_indices=None if trajectory_indices is None else indices)
         self._trajectories = {(t.task_id, j): Trajectory(task_id=t.task_id, index=j)
-                              for t in self.tasks for j in range(config.trajectories)}
+                              for t in self.tasks for j in indices}
         self._after: list[list[Trajectory]] = []  # per finished turn: every slot's history right after it
         by_turn: dict[int, list[Turn]] = {}
         for record in self.store.start(resume=True):
@@ -194,7 +201,7 @@ class TurnStages:
         if over:
             log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
                         turn, over, self.builder.max_prompt_tokens)
-        outs = list(generate([c.prompt for c in contexts]))
+        outs = list(generate([c.prompt_for(task.task_id, traj.index) for c, (task, traj) in zip(contexts, live)]))
         if len(outs) != len(contexts):
             raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
         rows = [{"task_id": task.task_id, "trajectory": traj.index, "context": _context_dict(ctx),
@@ -262,6 +269,9 @@ class TurnStages:
         ``turn`` (the newest): ``parents_NNN.json``, written atomically before the histories are rewired, so a
         rollout reopened later continues the same lineages. A branch already recorded for ``turn`` is kept (a
         different one is an error: the turns after it were generated from the recorded one)."""
+        if self.indices != list(range(self.config.trajectories)):
+            raise ValueError("a branch chooses among all of a task's trajectories; these stages hold only "
+                             f"trajectories {self.indices}")
         if turn != self.turns_done - 1:
             raise ValueError(f"a branch follows the newest finished turn ({self.turns_done - 1}), not turn {turn}")
         wanted = {t.task_id: [int(p) for p in parents.get(t.task_id, ())] for t in self.tasks}

@@ -181,7 +181,8 @@ class DistributedStep:
                 break
             contexts = [self.builder.build(task, past_attempts(traj)) for task, traj in live]
             with self._timed(seconds, f"generate/{turn}"):
-                outs = list(self.generate([c.prompt for c in contexts]))  # even when empty: lockstep
+                outs = list(self.generate([c.prompt_for(task.task_id, traj.index)  # even when empty: lockstep
+                                           for c, (task, traj) in zip(contexts, live)]))
             if len(outs) != len(contexts):
                 raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
             local["prompts"] += len(contexts)

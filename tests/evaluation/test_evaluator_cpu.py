@@ -387,3 +387,41 @@ def test_python_api_reached_through_token_pasting_is_refused_from_the_symbol_tab
     src = cpp_solution(native(NO_INTEGRITY + "import torch\ntorch.allclose = lambda *a, **k: True\n") + RELU_BODY, name="t_pyapi")
     r = evaluator.evaluate(relu_task, src)
     assert r.status is Status.RULE_VIOLATION and r.rule_id == "native_symbols" and "the Python C API" in r.error
+
+
+def test_batches_at_once_share_the_compile_slots(cache_dir, relu_task, monkeypatch):
+    """Two evaluate_many calls at once (two waves of a rollout) compile in as many processes as one call would:
+    with one compile worker, never two compiles at the same time; every verdict goes to its own batch."""
+    import threading
+    import time
+
+    from kevin.evaluation.evaluator import Compiled
+    from kevin.evaluation.verdict import Failure
+
+    ev = Evaluator(EvalConfig(backend="cpu", compile_workers=1, cache_dir=str(cache_dir)))
+    assert ev.concurrent_batches is False  # cpu: a caller takes one batch at a time (timed runs share the cores)
+    active, peak, lock = [0], [0], threading.Lock()
+
+    def compile_slowly(candidate):
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.1)
+        with lock:
+            active[0] -= 1
+        return Compiled(failure=Failure(Status.COMPILE_ERROR, f"stand-in for {candidate.candidate_id}"))
+
+    monkeypatch.setattr(ev, "compile", compile_slowly)
+    batches = {name: [(relu_task, Candidate(task_id=relu_task.task_id, source=cpp_solution(RELU_BODY, name=f"t_{name}{i}"),
+                                            candidate_id=f"{name}{i}")) for i in range(3)] for name in ("a", "b")}
+    results: dict[str, list] = {}
+    threads = [threading.Thread(target=lambda n=name: results.__setitem__(n, ev.evaluate_many(batches[n])))
+               for name in batches]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert peak[0] == 1
+    for name in ("a", "b"):
+        assert [r.status for r in results[name]] == [Status.COMPILE_ERROR] * 3
+        assert [r.error for r in results[name]] == [f"stand-in for {name}{i}" for i in range(3)]

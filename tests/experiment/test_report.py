@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.experiment.report import phase_seconds, run_summary, step_lines, step_report_markdown, task_rows, turn_rows
+from kevin.experiment.report import phase_seconds, rollout_wall, run_summary, step_lines, step_report_markdown, task_rows, turn_rows
 from kevin.records.evaluation import EvalResult, Status
 from kevin.records.rollout import TrainingSample, Trajectory, Turn
 
@@ -39,6 +39,18 @@ def test_rows_per_turn_and_per_task():
 def test_phase_seconds_add_up_turns_in_phase_order():
     timings = {"generate/0": 10.0, "sample": 0.5, "evaluate/0": 3.0, "generate/1": 12.0, "update": 4.0, "evaluate/1": 2.0}
     assert phase_seconds(timings) == {"sample": 0.5, "generate": 22.0, "evaluate": 5.0, "update": 4.0, "step": 31.5}
+
+
+def test_overlapping_waves_count_the_rollout_by_its_wall_time():
+    """Two waves of one turn: wave 0 generates 0-10 s and is judged 10-30 s, wave 1 generates 10-18 s (beside wave 0's
+    evaluation) and is judged 30-40 s (after it). Phases add up to 48 s of work, the rollout took 40 s."""
+    timings = {"sample": 1.0, "generate/0/0": 10.0, "generate/0/1": 8.0, "evaluate/0/0": 20.0, "evaluate/0/1": 10.0,
+               "update": 5.0}
+    spans = {"sample": [99.0, 100.0], "generate/0/0": [100.0, 110.0], "generate/0/1": [110.0, 118.0],
+             "evaluate/0/0": [110.0, 130.0], "evaluate/0/1": [130.0, 140.0], "update": [140.0, 145.0]}
+    assert phase_seconds(timings, spans) == {"sample": 1.0, "generate": 18.0, "evaluate": 30.0, "update": 5.0,
+                                             "rollout_wall": 40.0, "step": 46.0}
+    assert rollout_wall({"update": [1.0, 2.0]}) is None
 
 
 def test_the_step_report():

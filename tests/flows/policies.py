@@ -20,9 +20,9 @@ class FirstTurnReplay(ReferenceReplay):
 
     def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
         outs = super().__call__(prompts)
-        for i, prompt in enumerate(prompts):
+        for i, (prompt, (_, trajectory)) in enumerate(zip(prompts, self.slots(prompts))):
             text = prompt.text if isinstance(prompt, Prompt) else prompt
-            if i % self.trajectories < self.replayed and "## Your previous attempts" in text:
+            if trajectory < self.replayed and "## Your previous attempts" in text:
                 outs[i] = GenerationOut(text=GIVE_UP)
         return outs
 

@@ -109,7 +109,7 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
         for step in (0, 1):
             expected = {f"sample-batch-{step}", f"aggregate-rewards-{step}", f"grpo-update-{step}",
                         f"collapse-check-{step}", f"checkpoint-{step}", f"sync-weights-{step}", f"track-{step}"}
-            expected |= {f"{stage}-{step}-turn-{turn}" for stage in ("generate", "parse", "evaluate") for turn in (0, 1)}
+            expected |= {f"{stage}-{step}-turn-{turn}-wave-0" for stage in ("generate", "parse", "evaluate") for turn in (0, 1)}
             assert expected <= names
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="straight-step-")))
     reports = {a.key: a.data for a in artifacts}
@@ -222,6 +222,61 @@ def test_kill_9_and_resume_lose_no_judged_turn(uninterrupted, harness, model_dir
     client, run = mlflow_run(tmp_path)
     assert run.info.status == "FINISHED" and run.data.tags["resumes"] == "1"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "reward/score_mean")] == [0, 1]
+
+
+def test_waves_judge_one_wave_while_the_next_generates_and_change_nothing_else(uninterrupted, harness, model_dirs,
+                                                                              split_file, cache_dir, tmp_path,
+                                                                              one_thread):
+    """experiment.rollout_waves=2: trajectory 0 of every task (the replayed reference) is wave 0, trajectory 1 (the
+    tiny model) wave 1. Wave 1's turn is generated while wave 0's kernels are judged; the step holds what the
+    uninterrupted run's first step holds: the same responses token for token, verdicts, rewards and advantages."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.train import train
+
+    params = replay_params(tmp_path / "run.yaml", "waves", model_dirs["tiny"], split_file, cache_dir,
+                           experiment={"rollout_waves": 2, "steps": 1})
+    state = train(params=[str(PARAMS), str(params)], project_dir=str(tmp_path), return_state=True)
+    assert state.is_completed(), state.message
+    out, straight = tmp_path / "outputs" / "waves", uninterrupted["out"]
+    step = out / "steps" / "step_000000"
+    assert json.loads((step / "batch.json").read_text())["waves"] == 2
+    for wave in (0, 1):
+        meta = json.loads((step / "rollout" / f"wave_{wave}" / "rollout.json").read_text())
+        assert meta["trajectory_indices"] == [wave] and meta["complete"] is True
+
+    def by_slot(rows):
+        return {(r["task_id"], r["trajectory"], r["turn"]): r for r in rows}
+
+    mine = by_slot(r for wave in (0, 1) for turn in (0, 1)
+                   for r in read_jsonl(step / "rollout" / f"wave_{wave}" / f"turn_{turn:03d}.jsonl"))
+    theirs = by_slot(r for turn in (0, 1)
+                     for r in read_jsonl(straight / "steps" / "step_000000" / "rollout" / f"turn_{turn:03d}.jsonl"))
+    assert set(mine) == set(theirs) and len(mine) == 8
+    for key, row in mine.items():
+        assert row["response"] == theirs[key]["response"], key
+        assert row["result"]["status"] == theirs[key]["result"]["status"], key
+    samples = load_records(step / "samples.jsonl", TrainingSample)
+    for task in ("level1/01_relu", "level1/03_sigmoid"):
+        score = mine[(task, 0, 0)]["result"]["score"]
+        got = {(s.trajectory, s.turn): (s.reward, s.advantage) for s in samples if s.task_id == task}
+        assert got[(0, 0)] == pytest.approx((score, 0.75 * score / (score / 2 + 1e-4)))
+        for key in ((0, 1), (1, 0), (1, 1)):
+            assert got[key] == pytest.approx((0.0, -0.25 * score / (score / 2 + 1e-4)))
+
+    # The overlap: wave 1 started generating turn 0 before wave 0's kernels of turn 0 were judged, and the rollout's
+    # wall time is shorter than its phases added up.
+    spans = json.loads((step / "spans.json").read_text())
+    assert spans["generate/0/1"][0] < spans["evaluate/0/0"][1]
+    summary = json.loads((step / "summary.json").read_text())["seconds"]
+    busy = sum(summary[p] for p in ("generate", "parse", "evaluate"))
+    assert summary["rollout_wall"] < busy
+    with get_client(sync_client=True) as client:
+        names = {t.name for t in client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))}
+    assert {f"{stage}-0-turn-{turn}-wave-{wave}" for stage in ("generate", "parse", "evaluate")
+            for turn in (0, 1) for wave in (0, 1)} <= names
 
 
 def test_a_run_through_transformers_serve_syncs_the_weights_after_each_update(harness, model_dirs, split_file,

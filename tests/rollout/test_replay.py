@@ -114,3 +114,31 @@ def test_reference_replay_finds_each_prompts_task_by_its_source(tasks):
 
     wrapped = replay_references(policy, Run, tasks)
     assert (wrapped.trajectories, wrapped.replayed) == (3, 2)  # half of 3, rounded up
+
+
+def test_reference_replay_reads_the_trajectory_the_rollout_names(tasks):
+    """A wave or a process's share holds some of a task's trajectories: the named index decides, not the position,
+    and the wrapped policy is called even with nothing to sample (a sharded policy's passes need every process)."""
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.rollout.replay import ReferenceReplay
+
+    builder = PromptBuilder(backend="cpu")
+    relu, gelu = (builder.build(t) for t in tasks)
+    calls = []
+
+    class Counting(Policy):
+        def __call__(self, prompts):
+            calls.append(len(prompts))
+            return super().__call__(prompts)
+
+    gen = ReferenceReplay(Counting(), tasks, trajectories=4, replayed=2, backend="cpu")
+    references = reference_responses(tasks, "cpu")
+    # Trajectories 1 and 3 of each task (a wave): 1 replays, 3 samples; no grouping or multiple of 4 needed.
+    wave = [relu.prompt_for("level1/01_relu", 1), relu.prompt_for("level1/01_relu", 3), gelu.prompt_for("level1/02_gelu", 3)]
+    outs = gen(wave)
+    assert [o.text for o in outs] == [references["level1/01_relu"], f"sampled {relu.text}", f"sampled {gelu.text}"]
+    assert gen.slots(wave) == [("level1/01_relu", 1), ("level1/01_relu", 3), ("level1/02_gelu", 3)]
+    assert [o.text for o in gen([gelu.prompt_for("level1/02_gelu", 0)])] == [references["level1/02_gelu"]]
+    assert calls == [2, 0]
+    with pytest.raises(RuntimeError, match="not the ones they show"):
+        gen([relu.prompt_for("level1/02_gelu", 0)])

@@ -151,3 +151,39 @@ def test_a_branch_gives_each_slot_its_parents_history_and_survives_a_reopen(task
     assert [[(t.trajectory, t.turn) for t in traj.turns] for traj in again.trajectories()][1] == [(0, 0), (1, 1)]
     with pytest.raises(ValueError, match="newest finished turn"):
         again.branch(0, {"toy/a": [1, 1], "toy/b": [0, 1]})
+
+
+def test_a_wave_holds_some_trajectories_of_every_task(tasks, tmp_path):
+    """Two waves (trajectories 0, 2 and 1, 3) hold, together, the records the whole rollout holds: the same
+    candidates, verdicts and histories, each wave in its own folder; a branch is refused (it chooses among all
+    of a task's trajectories) and a folder is not resumed as another wave."""
+    cfg = RolloutConfig(trajectories=4, turns=2)
+    script = {("toy/a", 2, 0): (Status.CORRECT, 1.5), ("toy/b", 1, 1): (Status.CORRECT, 2.0)}
+    whole = TurnStages(tmp_path / "whole", tasks, cfg)
+    run_stages(whole, ScriptedGenerator(), ReportingEvaluator(script), 2)
+    waves = [TurnStages(tmp_path / f"wave_{k}", tasks, cfg, trajectory_indices=[k, k + 2]) for k in (0, 1)]
+    gens = [ScriptedGenerator(), ScriptedGenerator()]
+    for turn in range(2):
+        for stages, gen in zip(waves, gens):
+            stages.generate(turn, gen)
+            stages.parse(turn)
+            stages.evaluate(turn, ReportingEvaluator(script))
+    # Each wave's prompts name their task and trajectory; a wave asks for its own trajectories only.
+    named = [(p.task_id, p.trajectory) for p in gens[1].batches[0]]
+    assert named == [("toy/a", 1), ("toy/a", 3), ("toy/b", 1), ("toy/b", 3)]
+
+    def key(traj):
+        return traj.task_id, traj.index
+
+    together = sorted((t for stages in waves for t in stages.trajectories()), key=key)
+    assert [key(t) for t in together] == [key(t) for t in whole.trajectories()]
+    for mine, theirs in zip(together, whole.trajectories()):
+        assert [(r.turn, r.status, r.speedup) for r in mine.turns] == [(r.turn, r.status, r.speedup) for r in theirs.turns]
+    meta = json.loads((tmp_path / "wave_1" / "rollout.json").read_text())
+    assert meta["trajectory_indices"] == [1, 3] and meta["complete"] is True
+    with pytest.raises(ValueError, match="all of a task's trajectories"):
+        waves[0].branch(1, {"toy/a": [0, 0, 0, 0], "toy/b": [0, 0, 0, 0]})
+    with pytest.raises(ValueError, match=r"holds trajectories \[1, 3\]"):
+        TurnStages(tmp_path / "wave_1", tasks, cfg, trajectory_indices=[0, 2])
+    with pytest.raises(ValueError, match="some of 0..3"):
+        TurnStages(tmp_path / "bad", tasks, cfg, trajectory_indices=[4])

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from kevin.training.checkpoint import load_safetensors_dir as _weights
-from kevin.training.dp_step import phase_table, trajectory_share
+from kevin.training.dp_step import phase_table
 
 pytest.importorskip("transformers")
 
@@ -97,10 +97,10 @@ def _worker(rank: int, size: int, port: int, out_dir: str, zero_stage: int, long
         phase("trainer built")
         policy = HFPolicy(trainer.model, trainer.tokenizer, SamplingConfig(temperature=0.9, max_new_tokens=NEW_TOKENS,
                                                                            seed=rank))
-        # Each process rolls out 2 of the 4 trajectories of each task: it replays the reference in its first and
-        # samples its second from the model (both processes sample: the ZeRO-3 policy's passes need both).
-        mine = len(trajectory_share(TRAJECTORIES, rank, size))
-        replay = ReferenceReplay(policy, _tasks(), trajectories=mine, replayed=1, backend="cpu")
+        # Each process rolls out 2 of the 4 trajectories of each task (strided: 0 and 2 on rank 0, 1 and 3 on rank 1).
+        # Trajectories 0 and 1 replay the reference, so each process replays its first and samples its second from
+        # the model (both processes sample: the ZeRO-3 policy's passes need both).
+        replay = ReferenceReplay(policy, _tasks(), trajectories=TRAJECTORIES, replayed=2, backend="cpu")
         step = DistributedStep(trainer, replay, evaluator.evaluate_many,
                                RolloutConfig(trajectories=TRAJECTORIES, turns=TURNS, backend="cpu"), RewardConfig())
         result = step.run(_tasks() if rank == 0 else None, checkpoint_dir=out / "ckpt", step=0)
