@@ -268,7 +268,7 @@ class Evaluator:
                 toolchain = Toolchain.detect(self.config.backend, str(pch_dir))
                 note = prepare_headers(toolchain) if self.config.use_pch else ""
                 if not self.config.use_pch:
-                    ensure_headers(pch_dir)
+                    ensure_headers(pch_dir, toolchain.include_dirs)
                 if note:
                     _log.warning("%s (compiles will be slower)", note)
                 self._toolchain = toolchain

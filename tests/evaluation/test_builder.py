@@ -130,3 +130,41 @@ def test_a_source_that_needs_the_full_headers_is_built_with_them(toolchain, tmp_
               "torch::Tensor f(torch::Tensor x) { auto s = torch::indexing::Slice(0, 1); (void)s; return x; }\n")
     result = build_extension(request(cpp_sources=source), toolchain, tmp_path)
     assert result.path == "full" and (tmp_path / request(cpp_sources=source).dir_name(toolchain) / "full" / "ext.so").is_file()
+
+
+def test_the_narrow_header_takes_the_op_wrappers_without_their_heavy_includes(toolchain, tmp_path):
+    """torch_lite.h's op headers (ATen/ops/empty.h ...) are replaced by their own inline wrappers and declarations:
+    none of the includes they carry (ATen/Context.h, DeviceGuard.h ...) is parsed, yet every allocation function a
+    kernel's host code calls is there, taken from the installed torch."""
+    from kevin.evaluation.builder import CUDA_LITE, LITE_HEADER, lite_torch_text
+
+    slim = lite_torch_text(toolchain.include_dirs)
+    assert "#include <ATen/ops/empty.h>" in LITE_HEADER.read_text() and "#include <ATen/ops/empty.h>" not in slim
+    for name in ("empty", "empty_like", "zeros", "full_like"):
+        assert f"#include <ATen/ops/{name}_ops.h>" in slim
+    assert "inline at::Tensor empty(at::IntArrayRef size, at::TensorOptions options={}" in slim
+    assert "ATen/Context.h" not in slim and "ATen/DeviceGuard.h" not in slim
+    assert lite_torch_text(()) == LITE_HEADER.read_text()  # no torch headers found: the includes stay
+    # The pre-included headers of a build are the slim ones, nvcc's included.
+    from pathlib import Path
+
+    folder = toolchain.pch_dir
+    assert (Path(folder) / CUDA_LITE).read_text() == "#pragma once\n" + slim
+    assert slim in (Path(folder) / "kevin_lite.h").read_text()
+    source = ("torch::Tensor f(torch::Tensor x) { auto z = torch::full({2}, 1.5f); auto e = torch::empty({2, 3}, x.options());\n"
+              "  (void)z; (void)e; return torch::zeros_like(x); }\n")
+    result = build_extension(request(cpp_sources=source), toolchain, tmp_path)
+    assert result.path == "lite"
+
+
+def test_nvcc_pre_includes_the_slim_header_once_it_is_written(tmp_path):
+    import dataclasses
+
+    from kevin.evaluation.builder import CUDA_LITE, LITE_HEADER, Toolchain
+
+    tc = Toolchain(backend="cuda", cxx="c++", nvcc="nvcc", std="c++17", include_dirs=(), lib_dirs=(), define_flags=(),
+                   nvcc_flags=(), arch_flags=(), torch_version="x", pch_dir=str(tmp_path))
+    assert tc.nvcc_command(True, [])[-6:-4] == ["-include", str(LITE_HEADER)]
+    (tmp_path / CUDA_LITE).write_text("#pragma once\n")
+    assert tc.nvcc_command(True, [])[-6:-4] == ["-include", str(tmp_path / CUDA_LITE)]
+    assert "torch/all.h" in dataclasses.replace(tc).nvcc_command(False, [])
