@@ -144,7 +144,8 @@ def test_the_narrow_header_takes_the_op_wrappers_without_their_heavy_includes(to
         assert f"#include <ATen/ops/{name}_ops.h>" in slim
     assert "inline at::Tensor empty(at::IntArrayRef size, at::TensorOptions options={}" in slim
     assert "ATen/Context.h" not in slim and "ATen/DeviceGuard.h" not in slim
-    assert lite_torch_text(()) == LITE_HEADER.read_text()  # no torch headers found: the includes stay
+    ops_lines = [line for line in LITE_HEADER.read_text().splitlines() if line.startswith("#include <ATen/ops/")]
+    assert len(ops_lines) >= 9 and all(line in lite_torch_text(()).splitlines() for line in ops_lines)  # none found: kept
     # The pre-included headers of a build are the slim ones, nvcc's included.
     from pathlib import Path
 
