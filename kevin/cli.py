@@ -259,6 +259,9 @@ def _quiet_libraries(verbose: bool) -> None:
     # for itself has nobody to report usage to (and on a machine without network it logs an error trying).
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO" if verbose else "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # Prefect gives that temporary server 20 s to create its database and answer; on a busy 2-core machine it
+    # took longer and the run died before its first step. Waiting costs nothing when it starts at once.
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
     if verbose:
         return
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # MLflow, too, sets its level when imported

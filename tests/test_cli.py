@@ -99,3 +99,23 @@ def test_eval_timeout_kills_a_hanging_kernel(tmp_path, cache_dir):
     data = json.loads(r.output)
     assert data["status"] == "timeout" and data["error"].startswith("no verdict within 4 s")
     assert time.monotonic() - start < 150  # not the default 180 s
+
+
+def test_the_temporary_prefect_server_of_a_run_gets_time_to_start_on_a_busy_machine():
+    """Prefect waits 20 s for the server a run without PREFECT_API_URL starts; on a loaded 2-core machine that
+    was too short. The CLI raises the wait before Prefect reads its settings, unless the user set one."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("from kevin.cli import _quiet_libraries\n_quiet_libraries(True)\n"
+             "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait\nprint(wait.value())")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env["PYTHONPATH"] = str(REPO)
+    waits = []
+    for extra in ({}, {"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "45"}):
+        done = subprocess.run([sys.executable, "-c", probe], env={**env, **extra}, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        waits.append(done.stdout.split()[-1])
+    assert waits == ["180", "45"]

@@ -324,7 +324,9 @@ def _precompile(toolchain: Toolchain, lite: bool) -> str:
     header = "kevin_lite.h" if lite else "kevin_full.h"
     folder = Path(toolchain.pch_dir)
     gch, stamp = folder / f"{header}.gch", folder / f"{header}.stamp"
-    signature = json.dumps(toolchain.cxx_flags(lite))
+    # The folder's own path is left out, so a cache copied elsewhere keeps its precompiled headers (gcc checks
+    # the flags that shape the code itself, and parses the header instead when they do not match).
+    signature = json.dumps([f.replace(str(folder), "<headers>") for f in toolchain.cxx_flags(lite)])
     if gch.exists() and stamp.exists() and stamp.read_text() == signature:
         return ""
     flags = [f for f in toolchain.cxx_flags(lite) if f not in ("-include", header)]

@@ -132,6 +132,31 @@ def test_a_source_that_needs_the_full_headers_is_built_with_them(toolchain, tmp_
     assert result.path == "full" and (tmp_path / request(cpp_sources=source).dir_name(toolchain) / "full" / "ext.so").is_file()
 
 
+def test_a_copied_header_folder_keeps_its_precompiled_headers(toolchain, tmp_path):
+    """A cache copied to another place (another checkout, a test's own cache) uses the precompiled headers it holds
+    instead of spending half a minute making them again."""
+    import dataclasses
+    import os
+    import shutil
+    import subprocess
+
+    from kevin.evaluation.builder import prepare_headers
+
+    copy = tmp_path / "headers"
+    shutil.copytree(toolchain.pch_dir, copy, copy_function=os.link)
+    moved = dataclasses.replace(toolchain, pch_dir=str(copy))
+    before = {p.name: p.stat().st_mtime_ns for p in copy.glob("*.gch")}
+    assert sorted(before) == ["kevin_full.h.gch", "kevin_lite.h.gch"]
+    assert prepare_headers(moved) == ""
+    assert {p.name: p.stat().st_mtime_ns for p in copy.glob("*.gch")} == before  # not precompiled again
+    (tmp_path / "t.cpp").write_text("torch::Tensor f(torch::Tensor x) { return x.contiguous(); }\n")
+    # -H lists the headers gcc reads; a precompiled one it uses is marked with '!'.
+    done = subprocess.run([moved.cxx, *moved.cxx_flags(True), "-Winvalid-pch", "-H", "-fsyntax-only", "t.cpp"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"! {copy / 'kevin_lite.h.gch'}" in done.stderr, done.stderr[-2000:]
+
+
 def test_the_narrow_header_takes_the_op_wrappers_without_their_heavy_includes(toolchain, tmp_path):
     """torch_lite.h's op headers (ATen/ops/empty.h ...) are replaced by their own inline wrappers and declarations:
     none of the includes they carry (ATen/Context.h, DeviceGuard.h ...) is parsed, yet every allocation function a

@@ -119,7 +119,9 @@ def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, bod
 
 @pytest.fixture(scope="module", params=[0, 2], ids=["in_turn", "started_ahead"])
 def batch(request, tmp_path_factory, cache_dir, relu_task):
-    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=15, memory_limit_mb=8192,
+    # 4 GiB of address space holds an honest candidate with torch; the unbounded allocation fills it (in 8 GiB that
+    # alone took 24 s).
+    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=15, memory_limit_mb=4096,
                                      cache_dir=str(cache_dir), rules=RELAXED))
     # started_ahead: as on cuda by default, the honest candidates after a hostile one are already
     # waiting in their own processes while it runs; nothing it does may reach them.

@@ -10,11 +10,11 @@ from kevin.tasks import bundled_solutions_dir
 
 
 @pytest.mark.slow
-def test_reference_solution_in_a_response_is_correct(relu_task, tmp_path):
+def test_reference_solution_in_a_response_is_correct(relu_task, tmp_path, cache_dir):
     solution = (bundled_solutions_dir("cpu") / "level1" / "01_relu.py").read_text()
     response = (f"<think>\nOkay, a single pass over the data is enough.\n</think>\n"
                 f"```python\n{solution}```\nOne C++ loop applies max(x, 0) elementwise.")
-    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=5, cache_dir=str(tmp_path / "cache")))
+    evaluator = Evaluator(EvalConfig(backend="cpu", timing_trials=5, cache_dir=str(cache_dir)))
     prompts_seen: list[list[str]] = []
 
     def generate(prompts):
