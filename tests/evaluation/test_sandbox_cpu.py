@@ -27,7 +27,7 @@ RELAXED = {rule: {"enabled": False} for rule in ("forbidden_import", "dynamic_co
 
 
 def _cgroup_pids_available() -> bool:
-    job = CgroupJob("kevin-probe", 64, 0)
+    job = CgroupJob(f"kevin-probe-{os.getpid()}", 64, 0)  # test processes may probe at once
     ok = job.limits_pids
     job.remove()
     return ok
