@@ -252,7 +252,8 @@ def _params_files(params: Optional[list[Path]]) -> list[str]:
 
 def _quiet_libraries(verbose: bool) -> None:
     """Keep the terminal to the run's progress lines: Prefect, MLflow, transformers and DeepSpeed report at
-    INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them)."""
+    INFO, or draw bars, for things a user of `kevin train` does not need to see (``--verbose`` shows them).
+    Also the Prefect settings a run without a server needs, set before Prefect is imported."""
     import os
 
     # Prefect reads its settings when it is imported, so these come first. The temporary server a run starts

@@ -41,15 +41,20 @@ def fresh_cache(cache_dir, tmp_path) -> Path:
     with Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir))) as ev:
         ev.toolchain()  # prepared once per session (here, if no test before this one compiled)
 
-    def link(src: str, dst: str) -> None:
-        try:
-            os.link(src, dst)
-        except OSError:  # another file system
-            shutil.copy2(src, dst)
-
     fresh = tmp_path / "fresh-cache"
-    shutil.copytree(cache_dir / "headers", fresh / "headers", copy_function=link)
+    link_tree(cache_dir / "headers", fresh / "headers")
     return fresh
+
+
+def link_tree(src: Path, dst: Path) -> None:
+    """Copy a folder as hard links (a gigabyte of precompiled headers in no time), copying across file systems."""
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:  # another file system
+            shutil.copy2(a, b)
+
+    shutil.copytree(src, dst, copy_function=link)
 
 
 @pytest.fixture(scope="session")

@@ -136,14 +136,14 @@ def test_a_copied_header_folder_keeps_its_precompiled_headers(toolchain, tmp_pat
     """A cache copied to another place (another checkout, a test's own cache) uses the precompiled headers it holds
     instead of spending half a minute making them again."""
     import dataclasses
-    import os
-    import shutil
     import subprocess
+    from pathlib import Path
 
     from kevin.evaluation.builder import prepare_headers
+    from tests.conftest import link_tree
 
     copy = tmp_path / "headers"
-    shutil.copytree(toolchain.pch_dir, copy, copy_function=os.link)
+    link_tree(Path(toolchain.pch_dir), copy)
     moved = dataclasses.replace(toolchain, pch_dir=str(copy))
     before = {p.name: p.stat().st_mtime_ns for p in copy.glob("*.gch")}
     assert sorted(before) == ["kevin_full.h.gch", "kevin_lite.h.gch"]
