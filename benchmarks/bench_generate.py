@@ -6,7 +6,8 @@
 The same prompts (the bundled tasks' first- and second-turn prompts, cycled to the batch size, so their
 lengths differ and left padding is real) and the same batch go through:
 - `kevin`: ``HFPolicy`` as a run uses it (static cache; on CUDA the decode step is a CUDA graph);
-- `kevin, no CUDA graph` (CUDA only) and, with ``--compile``, `kevin + torch.compile`;
+- `kevin, no CUDA graph` (CUDA only, unless ``--no-eager-step``) and, with ``--compile``, `kevin + torch.compile`
+  (``sampling.compile``, which the gpu profile turns on: what a GPU training run samples with);
 - `kevin reference loop`: the loop this backend had before the static path (``static_cache: false``),
   timed on ``--reference-tokens`` tokens only, since it is slow;
 - `transformers generate (static)`: ``model.generate(..., cache_implementation="static")``, which on
@@ -60,6 +61,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-reference", action="store_true", help="skip the reference loop")
     ap.add_argument("--no-transformers", action="store_true", help="skip transformers' generate")
     ap.add_argument("--compile", action="store_true", help="also time our backend with sampling.compile")
+    ap.add_argument("--no-eager-step", action="store_true",
+                    help="skip 'kevin, no CUDA graph' (the decode step launched from Python: slow, for comparison only)")
     ap.add_argument("--tasks", default=DEFAULT_TASKS, help="bundled tasks whose prompts are used")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="", help="markdown report path (a .json of the figures goes next to it)")
@@ -137,7 +140,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     variants: list[tuple[str, Any]] = [("kevin", policy_runner(HFPolicy(model, tokenizer, sampling())))]
     if backend == "cuda":
-        variants.append(("kevin, no CUDA graph", policy_runner(HFPolicy(model, tokenizer, sampling(cuda_graph=False)))))
+        if not args.no_eager_step:
+            variants.append(("kevin, no CUDA graph", policy_runner(HFPolicy(model, tokenizer, sampling(cuda_graph=False)))))
         if args.compile:
             variants.append(("kevin + torch.compile", policy_runner(HFPolicy(model, tokenizer, sampling(compile=True)))))
     if not args.no_reference:

@@ -8,6 +8,9 @@
 #                checkout (BASELINE, default .baseline/d0218c5, carried as an ignored folder: made here with
 #                `mkdir -p .baseline/d0218c5 && git archive d0218c5 | tar -x -C .baseline/d0218c5`), our compile
 #                against stock load_inline (both serial), GPU busy share
+#   PART=evalspeed  benchmarks/bench_eval.py (compile against stock load_inline, both serial; busy share and where
+#                the GPU waited), then the 60 CUDA references with every build running nvcc's host and device passes
+#                side by side (KEVIN_COMPILE_JOBS=3), in a cache of their own that shares the prepared headers
 #   PART=speed   generation and update speed (scripts/gpu_speed.sh)
 #   PART=tests   every gpu-marked test (evaluation, policy, training)
 set -uo pipefail
@@ -29,6 +32,13 @@ case "${PART:-judge}" in
   bench)
     timeout ${T1:-540} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-24} --stock ${STOCK:-2} \
       --compare-dir "${BASELINE:-.baseline/d0218c5}" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -40 ;;
+  evalspeed)
+    timeout ${T1:-270} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-16} --stock ${STOCK:-2} \
+      --cache "$KEVIN_CACHE_DIR" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -30
+    suite="$PWD/.cache/kevin-gpu-split"; mkdir -p "$suite"; ln -sfn "$KEVIN_CACHE_DIR/headers" "$suite/headers"
+    KEVIN_CACHE_DIR="$suite" KEVIN_COMPILE_JOBS=3 KEVIN_COMPILE_WORKERS=${SPLIT_WORKERS:-5} timeout ${T2:-290} \
+      python3 -m pytest -q -m gpu tests/gpu/test_cuda_evaluation.py -k "every_cuda_reference or cuda_ipc" \
+      -p no:cacheprovider -rA --durations=5 2>&1 | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
   speed)
     bash scripts/gpu_speed.sh ;;
   tests)

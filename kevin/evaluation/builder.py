@@ -34,12 +34,18 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kevin.evaluation.nvcc import run_nvcc
+
 BUILDER_VERSION = "kevin-build-3"
+MAX_COMPILE_JOBS = 3
+"""The most compiler processes one build runs at once: the host unit, and nvcc's host and device passes
+side by side (``nvcc.run_nvcc``), which it does only when given this many."""
 OPT_FLAGS = ("-O3", "-fopenmp")
 """Code generation of the host translation unit: optimised (torch's own JIT build passes no -O, i.e. -O0,
 which made every honest C++ kernel look far slower than PyTorch eager), and OpenMP available, the natural way
@@ -456,14 +462,17 @@ def compile_objects(req: ExtensionRequest, toolchain: Toolchain, folder: Path, l
     namespace = req.op_namespace(toolchain)
     main = "\n".join(blank_heavy_includes(s) for s in req.cpp_sources)
     (folder / "main.cpp").write_text(main + "\n" + registration(namespace, req.functions))
-    steps: list[list[str]] = [[toolchain.cxx, *toolchain.cxx_flags(lite), *req.extra_cflags, "-c", "main.cpp", "-o", "main.o"]]
+    host = [toolchain.cxx, *toolchain.cxx_flags(lite), *req.extra_cflags, "-c", "main.cpp", "-o", "main.o"]
+    steps: list[Callable[[], tuple[int, str]]] = [lambda: _run(host, folder, timeout)]
     objects = ["main.o"]
     if req.with_cuda:
         (folder / "cuda.cu").write_text("\n".join(blank_heavy_includes(s) for s in req.cuda_sources) + "\n")
-        steps.append(toolchain.nvcc_command(lite, list(req.extra_cuda_cflags)))
+        nvcc = toolchain.nvcc_command(lite, list(req.extra_cuda_cflags))
+        # nvcc's host and device chains side by side when there are cores for them beside the host unit.
+        steps.append(lambda: run_nvcc(nvcc, folder, timeout, split=jobs >= MAX_COMPILE_JOBS))
         objects.append("cuda.o")
     with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(steps)))) as pool:
-        outcomes = list(pool.map(lambda cmd: _run(cmd, folder, timeout), steps))
+        outcomes = list(pool.map(lambda step: step(), steps))
     return objects, "\n".join(text for rc, text in outcomes if rc != 0)
 
 

@@ -98,6 +98,11 @@ class EvalConfig(Settings):
     compile_workers: int = 0
     """Parallel compile processes; 0 means the cores minus two per device (see ``cpu_cores``)."""
 
+    compile_jobs: int = 0
+    """Compiler processes one candidate's build may run at once (its host unit beside nvcc; nvcc's host and device
+    passes side by side from 3). 0: the cores divided among the compiles waiting, at most 3, so a lone compile
+    (the tail of a batch, a serial benchmark) uses the idle cores and a full queue runs one process each."""
+
     cpu_cores: int = 0
     """Cores this evaluator may use for compiling (0: all of the machine's). Set it when several evaluators share
     a machine (e.g. one per GPU in a Ray cluster), so their compiles do not oversubscribe the cores."""
@@ -155,6 +160,8 @@ class EvalConfig(Settings):
             raise ValueError("clock_slack_ms must be >= 0 and clock_tolerance in [0, 10)")
         if self.transport not in ("auto", "file", "ipc"):
             raise ValueError(f"transport must be auto, file or ipc, got {self.transport!r}")
+        if self.compile_jobs < 0:
+            raise ValueError("compile_jobs must be >= 0 (0: from the cores and the compiles waiting)")
         if self.cpu_cores < 0:
             raise ValueError("cpu_cores must be >= 0 (0: all cores)")
         if self.cpu_threads < 1:

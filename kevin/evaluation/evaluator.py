@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from kevin.evaluation.builder import BUILDER_VERSION, Toolchain, ensure_headers, kernel_names, prepare_headers
+from kevin.evaluation.builder import BUILDER_VERSION, MAX_COMPILE_JOBS, Toolchain, ensure_headers, kernel_names, prepare_headers
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
@@ -216,8 +216,8 @@ class Evaluator:
         self._compile_slots = threading.BoundedSemaphore(self._compile_workers)
         # On cpu a run process started ahead would take cores from the one being timed.
         self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
-        # Compiler jobs per compile worker, so that all workers together never oversubscribe the cores.
-        self._max_jobs = max(1, cores // self._compile_workers)
+        self._cores = cores
+        self._compile_demand = 0  # compiles queued or running in the batches in progress (_compile_jobs)
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -482,6 +482,19 @@ class Evaluator:
                 self._compile_failures[key] = result
             return result
 
+    def _compile_jobs(self) -> int:
+        """Compiler processes for the build starting now: ``compile_jobs``, else the cores shared among the
+        compiles waiting (all workers together never oversubscribe the cores), at most MAX_COMPILE_JOBS."""
+        if self.config.compile_jobs:
+            return self.config.compile_jobs
+        with self._lock:
+            waiting = max(1, self._compile_demand)
+        return max(1, min(MAX_COMPILE_JOBS, self._cores // waiting))
+
+    def _demand(self, change: int) -> None:
+        with self._lock:
+            self._compile_demand += change
+
     def _cached_build(self, key: str) -> Compiled | None:
         folder = self.cache_dir / "ext" / key
         try:
@@ -496,7 +509,7 @@ class Evaluator:
         toolchain = self.toolchain()
         cfg = self.config
         job = HarnessJob({"mode": "compile", "solution_source": source, "config": {**cfg.to_dict(), "cache_dir": str(self.cache_dir)},
-                          "toolchain": toolchain.to_dict(), "max_jobs": self._max_jobs, "device": "cpu"},
+                          "toolchain": toolchain.to_dict(), "max_jobs": self._compile_jobs(), "device": "cpu"},
                          memory_limit_mb=cfg.memory_limit_mb, env_extra=self._env(gpu_visible=False), nice=10, sandbox=cfg.sandbox,
                          backend=cfg.backend, read_only=[toolchain.pch_dir, *toolchain.include_dirs, *toolchain.lib_dirs],
                          cpu_seconds=int(3 * cfg.compile_timeout_s) + 60)
@@ -656,6 +669,7 @@ class _Batch:
         self.compiled: dict[int, Compiled] = {}
         self.run_q: queue.Queue[int | None] = queue.Queue()
         self.run_intervals: list[tuple[str, float, float]] = []
+        self.compile_intervals: list[tuple[float, float]] = []
         self.bar = PhaseProgress() if show else None
         self._lock = threading.Lock()
 
@@ -673,8 +687,13 @@ class _Batch:
     def compile_one(self, i: int) -> None:
         task, cand = self.items[i]
         started = time.perf_counter()
-        with self.ev._compile_slots:
-            compiled = self.ev.compile(cand)
+        try:
+            with self.ev._compile_slots:
+                began = time.monotonic()
+                compiled = self.ev.compile(cand)
+                self.compile_intervals.append((began, time.monotonic()))
+        finally:
+            self.ev._demand(-1)
         self._show("advance", "compiling")
         if compiled.failure is not None:
             result = self.ev._failed(task, cand, compiled.failure, compiled.warnings)
@@ -744,6 +763,7 @@ class _Batch:
         if overlap:
             for t in runners:
                 t.start()
+        ev._demand(len(compile_q))
         with ThreadPoolExecutor(max_workers=ev._compile_workers) as pool:
             list(pool.map(self.compile_one, compile_q))
         if not overlap:
@@ -753,7 +773,8 @@ class _Batch:
             self.run_q.put(None)
         for t in runners:
             t.join()
-        ev.run_intervals = self.run_intervals
+        # The last batch's timeline (monotonic clock), for benchmarks: when each run and each compile went on.
+        ev.run_intervals, ev.compile_intervals = self.run_intervals, self.compile_intervals
         if self.bar:
             self.bar.close()
         return [r for r in self.results if r is not None]

@@ -116,9 +116,10 @@ class SamplingConfig(Settings):
     launch per token instead of hundreds). Ignored on the CPU and in ZeRO-3 lockstep generation."""
 
     compile: bool = False
-    """Static cache on CUDA: run the decode step through ``torch.compile`` (fused kernels) before the CUDA
-    graph captures it. The first call pays the compilation (tens of seconds for a 0.5B model), so it pays
-    over a long run, not a short one."""
+    """Static cache: run the decode step through ``torch.compile`` (fused kernels; on CUDA before the CUDA graph
+    captures it). The first call pays the compilation (tens of seconds to two minutes for a 0.5B model), so it
+    pays over a long run, not a short one: the gpu profile turns it on for training. Weights stay inputs of the
+    compiled step, so updates between calls are seen. Ignored in ZeRO-3 lockstep generation."""
 
     def __post_init__(self) -> None:
         if not _is_number(self.temperature) or not self.temperature >= 0:

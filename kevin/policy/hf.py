@@ -273,9 +273,10 @@ class HFPolicy:
                                                  self._static_reason)
         return "static" if self._static_reason is None else "reference"
 
-    def _step_forward(self) -> Any:
-        """The decode step's model call: compiled with ``sampling.compile`` on CUDA, else the plain one."""
-        if not (self.config.compile and self.device.type == "cuda"):
+    def _step_forward(self, synced: bool) -> Any:
+        """The decode step's model call: compiled with ``sampling.compile``, else None (the plain one). Not in
+        ZeRO-3 lockstep: the passes gather partitioned weights through hooks a compiled graph would not run."""
+        if not self.config.compile or synced:
             return None
         if self._compiled is None or self._compiled[0] is not self.model:
             # dynamic: the batch and the cache length change from call to call; one compilation serves them.
@@ -304,7 +305,7 @@ class HFPolicy:
             res = decode_static(self.model, ids, mask, max_new=cfg.max_new_tokens, pick=self._pick,
                                 pad_id=self.pad_token_id, eos=eos, check_every=cfg.stop_check_every,
                                 forward=_forward_model, cache_kw=_cache_kwarg(self.model), synced=synced, idle=idle,
-                                use_graph=use_graph, step_forward=self._step_forward(),
+                                use_graph=use_graph, step_forward=self._step_forward(synced),
                                 agree_done=lambda mine: max_over_processes(int(not mine)) == 0)
         self.last_call.add(res.steps + 1, res.graph)
         return self._outputs(prompts, res.tokens, res.logprobs, res.lengths, res.finished)

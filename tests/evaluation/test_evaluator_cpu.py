@@ -427,3 +427,26 @@ def test_batches_at_once_share_the_compile_slots(cache_dir, relu_task, monkeypat
     for name in ("a", "b"):
         assert [r.status for r in results[name]] == [Status.COMPILE_ERROR] * 3
         assert [r.error for r in results[name]] == [f"stand-in for {name}{i}" for i in range(3)]
+
+
+def test_a_compile_gets_the_cores_the_waiting_compiles_leave_it(cache_dir):
+    """A lone compile may run the host unit and nvcc's two chains at once (3); a full queue runs one process each."""
+    ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=16))
+    assert ev._compile_jobs() == 3  # nothing queued: a single evaluate()
+    expected = {1: 3, 5: 3, 6: 2, 8: 2, 9: 1, 16: 1, 28: 1}
+    for waiting, jobs in expected.items():
+        ev._demand(waiting)
+        assert ev._compile_jobs() == jobs, waiting
+        ev._demand(-waiting)
+    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=16, compile_jobs=2))._compile_jobs() == 2
+    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=2))._compile_jobs() == 2
+    with pytest.raises(ValueError, match="compile_jobs"):
+        EvalConfig(compile_jobs=-1)
+
+
+def test_a_batch_gives_back_its_compile_demand(evaluator, relu_task):
+    good = cpp_solution(RELU_BODY)
+    results = evaluator.evaluate_many([(relu_task, Candidate(relu_task.task_id, good)),
+                                       (relu_task, Candidate(relu_task.task_id, good.replace("return", "return undefined_q +", 1)))])
+    assert [r.status for r in results] == [Status.CORRECT, Status.COMPILE_ERROR]
+    assert evaluator._compile_demand == 0

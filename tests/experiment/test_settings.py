@@ -21,6 +21,7 @@ def test_profiles_layer_over_params_yaml():
     gpu = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "gpu.yaml"], ["policy.model=/models/q"])
     assert gpu.backend == gpu.evaluation.backend == "cuda" and gpu.rollout.trajectories == 16
     assert gpu.experiment.tasks_per_batch == 8 and gpu.max_response_tokens == 16384
+    assert gpu.sampling.compile and not run.sampling.compile  # compiled decoding pays over a long GPU run only
     with pytest.raises(ValueError, match=r"train.total_steps is 5 but experiment.steps is 40"):
         RunConfig.from_dict({"train": {"total_steps": 5}})
 

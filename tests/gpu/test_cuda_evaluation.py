@@ -56,7 +56,8 @@ def _config(**over) -> EvalConfig:
     layers = os.environ.get("KEVIN_TEST_FILESYSTEM", "on")
     over.setdefault("sandbox", SandboxConfig(filesystem=layers, seccomp=os.environ.get("KEVIN_TEST_SECCOMP", layers)))
     over.setdefault("transport", os.environ.get("KEVIN_TEST_TRANSPORT", "auto"))
-    return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, **over)
+    jobs = int(os.environ.get("KEVIN_COMPILE_JOBS", "0"))  # 3: every build runs nvcc's passes side by side
+    return EvalConfig(backend="cuda", cache_dir=cache, compile_workers=workers, compile_jobs=jobs, **over)
 
 
 @pytest.fixture(scope="module")

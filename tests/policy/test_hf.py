@@ -340,3 +340,23 @@ def test_static_path_under_autocast_keeps_one_cache_dtype(tok, model, prompt_ids
     ref = HFPolicy(model, tok, SamplingConfig(static_cache=False, **cfg), autocast_dtype=torch.bfloat16)
     want = ref.generate_ids(prompt_ids)
     assert [len(o.token_ids) for o in got] == [len(o.token_ids) for o in want]
+
+
+@pytest.mark.slow
+def test_a_compiled_decode_step_samples_what_the_plain_one_does_and_sees_weight_updates(tok, prompt_ids):
+    """sampling.compile (the gpu profile's setting): same samples as the plain step, and after an optimiser step
+    the compiled step decodes with the new weights (they are inputs of the compiled code, not constants in it)."""
+    model = tiny_model(tok, seed=3)
+    plain_cfg = dict(temperature=0.0, max_new_tokens=12)
+    compiled = HFPolicy(model, tok, SamplingConfig(**plain_cfg, compile=True))
+    before = compiled.generate_ids(prompt_ids)
+    _same_samples(before, _run(model, tok, prompt_ids, **plain_cfg)[1])
+    assert compiled._compiled is not None and compiled._compiled[0] is model
+    model.train()
+    ids = torch.tensor([prompt_ids[0]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    torch.optim.SGD(model.parameters(), lr=0.5).step()
+    after = compiled.generate_ids(prompt_ids)
+    assert [o.token_ids for o in after] != [o.token_ids for o in before]
+    _same_samples(after, _run(model, tok, prompt_ids, **plain_cfg)[1])
+    assert model.training  # the policy puts the model back in the mode it found
