@@ -9,8 +9,9 @@
 #                `mkdir -p .baseline/d0218c5 && git archive d0218c5 | tar -x -C .baseline/d0218c5`), our compile
 #                against stock load_inline (both serial), GPU busy share
 #   PART=evalspeed  benchmarks/bench_eval.py (compile against stock load_inline, both serial; busy share and where
-#                the GPU waited), then the 60 CUDA references with every build running nvcc's host and device passes
-#                side by side (KEVIN_COMPILE_JOBS=3), in a cache of their own that shares the prepared headers
+#                the GPU waited), then GPU tests with every build running nvcc's host and device passes side by
+#                side (KEVIN_COMPILE_JOBS=3), in a cache of their own that shares the prepared headers:
+#                SPLIT=suite (default) the 60 CUDA references, SPLIT=hostile the hostile suite by class
 #   PART=speed   generation and update speed (scripts/gpu_speed.sh)
 #   PART=tests   every gpu-marked test (evaluation, policy, training)
 set -uo pipefail
@@ -36,9 +37,14 @@ case "${PART:-judge}" in
     timeout ${T1:-270} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-16} --stock ${STOCK:-2} \
       --cache "$KEVIN_CACHE_DIR" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -30
     suite="$PWD/.cache/kevin-gpu-split"; mkdir -p "$suite"; ln -sfn "$KEVIN_CACHE_DIR/headers" "$suite/headers"
+    case "${SPLIT:-suite}" in
+      suite) tests=(tests/gpu/test_cuda_evaluation.py -k "every_cuda_reference or cuda_ipc") ;;
+      hostile) tests=(tests/gpu/test_cuda_sandbox.py) ;;
+      *) echo "unknown SPLIT=${SPLIT}" >&2; exit 2 ;;
+    esac
     KEVIN_CACHE_DIR="$suite" KEVIN_COMPILE_JOBS=3 KEVIN_COMPILE_WORKERS=${SPLIT_WORKERS:-5} timeout ${T2:-290} \
-      python3 -m pytest -q -m gpu tests/gpu/test_cuda_evaluation.py -k "every_cuda_reference or cuda_ipc" \
-      -p no:cacheprovider -rA --durations=5 2>&1 | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
+      python3 -m pytest -q -m gpu "${tests[@]}" -p no:cacheprovider -rA --durations=5 2>&1 \
+      | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
   speed)
     bash scripts/gpu_speed.sh ;;
   tests)

@@ -450,3 +450,31 @@ def test_a_batch_gives_back_its_compile_demand(evaluator, relu_task):
                                        (relu_task, Candidate(relu_task.task_id, good.replace("return", "return undefined_q +", 1)))])
     assert [r.status for r in results] == [Status.CORRECT, Status.COMPILE_ERROR]
     assert evaluator._compile_demand == 0
+
+
+def test_the_first_compile_of_a_batch_goes_first():
+    from kevin.evaluation.evaluator import compile_priority
+
+    assert [compile_priority(rank, 1) for rank in (0, 1, 2, 9, 10, 40)] == [(10, 3), (11, 1), (12, 1), (19, 1), (19, 1), (19, 1)]
+    assert compile_priority(3, 2) == (13, 2)
+
+
+def test_a_batchs_compile_jobs_get_their_priority_in_queue_order(cache_dir, relu_task, monkeypatch):
+    import kevin.evaluation.evaluator as evaluator_module
+
+    seen = []
+
+    class Recorded(evaluator_module.HarnessJob):
+        def __init__(self, job, **kw):
+            if job["mode"] == "compile":
+                seen.append((job["solution_source"], kw["nice"], job["max_jobs"]))
+            super().__init__(job, **kw)
+
+    monkeypatch.setattr(evaluator_module, "HarnessJob", Recorded)
+    ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), compile_workers=1, cpu_cores=2))
+    sources = [cpp_solution(RELU_BODY.replace("return", f"/* variant {k} */ return", 1)) for k in range(3)]
+    results = ev.evaluate_many([(relu_task, Candidate(relu_task.task_id, s)) for s in sources])
+    assert [r.status for r in results] == [Status.CORRECT] * 3
+    # One worker: the compiles start in queue order. The first gets a lone compile's 3 processes; the cores
+    # (2) shared by the two still waiting give the second one process each, the third two (alone by then).
+    assert seen == [(sources[0], 10, 3), (sources[1], 11, 1), (sources[2], 12, 2)]
