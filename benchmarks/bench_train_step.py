@@ -380,6 +380,7 @@ def prewarm(evaluator: Any, tasks: Sequence[Any]) -> float:
     """Measure each task's PyTorch baseline (and build the precompiled header) before the step: a fixed
     cost of a run's first step, cached afterwards, which would otherwise land in the step's evaluation."""
     start = time.perf_counter()
+    evaluator.toolchain()  # the compile headers: prepared once per machine (about 30 s on the H200 box)
     for task in tasks:
         evaluator.baseline_ms(task)
     return time.perf_counter() - start

@@ -34,15 +34,17 @@ case "${PART:-judge}" in
     timeout ${T1:-540} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-24} --stock ${STOCK:-2} \
       --compare-dir "${BASELINE:-.baseline/d0218c5}" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -40 ;;
   evalspeed)
-    timeout ${T1:-270} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-16} --stock ${STOCK:-2} \
-      --cache "$KEVIN_CACHE_DIR" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | tail -30
-    suite="$PWD/.cache/kevin-gpu-split"; mkdir -p "$suite"; ln -sfn "$KEVIN_CACHE_DIR/headers" "$suite/headers"
+    # Caches of this call alone: builds left by an earlier call would skip the compiles being measured.
+    bench="$KEVIN_CACHE_DIR-bench-$$" suite="$KEVIN_CACHE_DIR-split-$$"
+    timeout ${T1:-330} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-16} --stock ${STOCK:-2} \
+      --cache "$bench" --out "$OUT/bench_eval_cuda.md" 2>&1 | grep -v '^evaluating' | grep -v '━' | tail -30
+    mkdir -p "$suite"; ln -sfn "$bench/headers" "$suite/headers"
     case "${SPLIT:-suite}" in
       suite) tests=(tests/gpu/test_cuda_evaluation.py -k "every_cuda_reference or cuda_ipc") ;;
       hostile) tests=(tests/gpu/test_cuda_sandbox.py) ;;
       *) echo "unknown SPLIT=${SPLIT}" >&2; exit 2 ;;
     esac
-    KEVIN_CACHE_DIR="$suite" KEVIN_COMPILE_JOBS=3 KEVIN_COMPILE_WORKERS=${SPLIT_WORKERS:-5} timeout ${T2:-290} \
+    KEVIN_CACHE_DIR="$suite" KEVIN_COMPILE_JOBS=3 KEVIN_COMPILE_WORKERS=${SPLIT_WORKERS:-5} timeout ${T2:-230} \
       python3 -m pytest -q -m gpu "${tests[@]}" -p no:cacheprovider -rA --durations=5 2>&1 \
       | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
   speed)

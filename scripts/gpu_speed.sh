@@ -2,6 +2,7 @@
 # One device call (one H200, 10 min): generation and training-step speed (issue 15), tables to docs/.
 #   bash scripts/gpu_speed.sh                 # results in docs/ of the copy and, when $OUT is set, in $OUT
 #   SKIP_STEP=1 bash scripts/gpu_speed.sh     # only the generation benchmark
+#   SKIP_GEN=1 STEP_ARGS=--compile T2=400 bash scripts/gpu_speed.sh   # only the step, decoding compiled (gpu profile)
 #   GPU_TESTS=1 bash scripts/gpu_speed.sh     # first the gpu-marked generation/update tests
 # 1. benchmarks/bench_generate.py, 0.5B preset on cuda: kevin's HFPolicy vs transformers' generate with a
 #    static cache (and the old reference loop, and ours with torch.compile unless GEN_ARGS is set without
@@ -22,8 +23,10 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
   timeout "${T0:-150}" python3 -m pytest -q -m gpu tests/policy/test_hf_gpu.py -p no:cacheprovider -rA 2>&1 \
     | tee "$OUT_DIR/gpu_speed_tests.log" | tail -25 || status=1
 fi
-timeout "${T1:-300}" python3 benchmarks/bench_generate.py --device cuda --preset 0.5b --batch "${BATCH:-4,32}" \
-  ${GEN_ARGS---compile} --out "$DOCS/bench_generate_h200.md" || status=1
+if [ "${SKIP_GEN:-0}" != 1 ]; then
+  timeout "${T1:-300}" python3 benchmarks/bench_generate.py --device cuda --preset 0.5b --batch "${BATCH:-4,32}" \
+    ${GEN_ARGS---compile} --out "$DOCS/bench_generate_h200.md" || status=1
+fi
 if [ "${SKIP_STEP:-0}" != 1 ]; then
   timeout "${T2:-240}" python3 benchmarks/bench_train_step.py --device cuda --backend cuda --cache "$KEVIN_CACHE_DIR" \
     ${STEP_ARGS:-} --out "$DOCS/bench_train_step_h200.md" 2>&1 | tail -45 || status=1

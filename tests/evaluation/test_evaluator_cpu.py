@@ -404,7 +404,7 @@ def test_batches_at_once_share_the_compile_slots(cache_dir, relu_task, monkeypat
     assert ev.concurrent_batches is False  # cpu: a caller takes one batch at a time (timed runs share the cores)
     active, peak, lock = [0], [0], threading.Lock()
 
-    def compile_slowly(candidate):
+    def compile_slowly(candidate, rank=0):
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
