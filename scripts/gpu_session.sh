@@ -12,6 +12,11 @@
 #                the GPU waited), then GPU tests with every build running nvcc's host and device passes side by
 #                side (KEVIN_COMPILE_JOBS=3), in a cache of their own that shares the prepared headers:
 #                SPLIT=suite (default) the 60 CUDA references, SPLIT=hostile the hostile suite by class
+#   PART=kernelbench  benchmarks/bench_vs_kernelbench.py: KernelBench's own harness against ours on the same
+#                candidates, end to end. Needs, carried: a KernelBench checkout (the search tool's fetch of
+#                ScalingIntelligence/KernelBench, checked out into the git-ignored external/KernelBench) and the
+#                pydantic wheels in .whl (see the device README: pydantic, pydantic-core, annotated-types,
+#                typing-inspection, for Python 3.12); carry=["external/KernelBench", ".whl"]
 #   PART=speed   generation and update speed (scripts/gpu_speed.sh)
 #   PART=tests   every gpu-marked test (evaluation, policy, training)
 set -uo pipefail
@@ -47,6 +52,13 @@ case "${PART:-judge}" in
     KEVIN_CACHE_DIR="$suite" KEVIN_COMPILE_JOBS=3 KEVIN_COMPILE_WORKERS=${SPLIT_WORKERS:-5} timeout ${T2:-230} \
       python3 -m pytest -q -m gpu "${tests[@]}" -p no:cacheprovider -rA --durations=5 2>&1 \
       | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
+  kernelbench)
+    if ls .whl/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    timeout ${T:-540} python3 benchmarks/bench_vs_kernelbench.py --kernelbench external/KernelBench --n ${N:-16} \
+      --out "$OUT/bench_vs_kernelbench.md" 2>&1 | grep -v '━' | tail -40 ;;
   speed)
     bash scripts/gpu_speed.sh ;;
   tests)

@@ -104,25 +104,21 @@ def test_the_split_object_is_nvccs_and_registers_the_kernels_the_device_code_def
 
 
 @needs_nvcc
-def test_a_front_end_error_reads_as_nvccs(tmp_path):
-    bad = SOURCE.replace("s * x[i]", "s * undeclared_thing[i]")
+@pytest.mark.parametrize("change, message, word_for_word", [
+    # The front end's messages are nvcc's word for word (it names the source, not a pass file).
+    (("s * x[i]", "s * undeclared_thing[i]"), 'identifier "undeclared_thing" is undefined', True),
+    # The assembler names its input: nvcc's temporary file there, our pass folder here.
+    (("if (i < n) y[i] += x[i];", 'if (i < n) y[i] += x[i]; asm("bogus.instr;");'),
+     "Not a name of any known instruction: 'bogus'", False),
+])
+def test_a_failing_pass_fails_the_split_build_with_nvccs_message(tmp_path, change, message, word_for_word):
+    bad = SOURCE.replace(*change)
     plain, split = _folder(tmp_path, "plain", bad), _folder(tmp_path, "split", bad)
     rc_plain, text_plain = run_nvcc(_nvcc(), plain, 300, split=False)
     rc_split, text_split = run_nvcc(_nvcc(), split, 300)
     assert rc_plain != 0 and rc_split != 0
-    assert 'identifier "undeclared_thing" is undefined' in text_split
-    assert text_split == text_plain
-
-
-@needs_nvcc
-def test_an_assembler_error_fails_the_split_build_too(tmp_path):
-    bad = SOURCE.replace("if (i < n) y[i] += x[i];", 'if (i < n) y[i] += x[i]; asm("bogus.instr;");')
-    plain, split = _folder(tmp_path, "plain", bad), _folder(tmp_path, "split", bad)
-    rc_plain, text_plain = run_nvcc(_nvcc(), plain, 300, split=False)
-    rc_split, text_split = run_nvcc(_nvcc(), split, 300)
-    assert rc_plain != 0 and rc_split != 0
-    assert "Not a name of any known instruction: 'bogus'" in text_plain
-    assert "Not a name of any known instruction: 'bogus'" in text_split
+    assert message in text_plain and message in text_split
+    assert (text_split == text_plain) is word_for_word
     assert not (split / "cuda.o").exists() and not (split / PASS_DIR).exists()
 
 
