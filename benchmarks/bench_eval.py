@@ -88,7 +88,8 @@ def idle_breakdown(runs: list[tuple[str, float, float]], compiles: list[tuple[fl
                    end: float) -> dict[str, float]:
     """Where the GPU (the first device) waited, in seconds: for the first compile, later while compiles were
     still going on, and after the last compile ended (then only the run workers' own gaps are left)."""
-    spans = sorted((a, b) for dev, a, b in runs if dev == (runs[0][0] if runs else dev))
+    first = runs[0][0] if runs else None
+    spans = sorted((a, b) for dev, a, b in runs if dev == first)
     last_compile = max((b for _, b in compiles), default=start)
     out = {"before the first run": (spans[0][0] - start) if spans else end - start,
            "while compiles went on": 0.0, "after the last compile": 0.0}

@@ -27,8 +27,8 @@ import re
 import shlex
 import shutil
 import subprocess
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,14 +167,13 @@ def run_nvcc(nvcc_cmd: list[str], folder: Path, timeout: float, split: bool = Tr
     try:
         source = folder / next((w for w in nvcc_cmd if w.endswith(".cu")), "cuda.cu")
         passes.module_id_file.write_text(module_id(source.name, source.read_text(errors="replace")))
-        outcome: dict[str, tuple[int, str]] = {}
-        device = threading.Thread(target=lambda: outcome.__setitem__("device", _chain(passes.device, folder, passes.env, deadline)))
-        device.start()
-        outcome["host"] = _chain(passes.host, folder, passes.env, deadline)
-        device.join()
-        for chain in ("host", "device"):  # nvcc runs the host chain first and stops at the first failure
-            if outcome[chain][0] != 0:
-                return outcome[chain]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            device = pool.submit(_chain, passes.device, folder, passes.env, deadline)
+            host = _chain(passes.host, folder, passes.env, deadline)
+            outcomes = (host, device.result())
+        for outcome in outcomes:  # nvcc runs the host chain first and stops at the first failure
+            if outcome[0] != 0:
+                return outcome
         return _chain([passes.last], folder, passes.env, deadline)
     finally:
         if not keep_passes:
