@@ -71,20 +71,21 @@ except Exception as exc:
 """
 
 EXPORTER = r"""
-import sys, time, torch
+import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-from kevin.evaluation.transfer import Exporter
 from pathlib import Path
+from kevin.evaluation.channel import HarnessChannel, Layout
+from kevin.evaluation.transfer import ipc_probe
 device = torch.device(sys.argv[2])
 torch.cuda.set_device(device)
-why = Exporter.probe(device)
+why = ipc_probe(device)
 if why:
     print("NOIPC " + why, flush=True)
     sys.exit(0)
-ex = Exporter(Path("."), device, "ipc")
-refs = ex.export([torch.arange(1 << 20, dtype=torch.float32, device=device)], "probe")
-import json
-print("REFS " + json.dumps(refs), flush=True)
+layout = Layout.of([], [torch.empty(1 << 20, device=device)])
+channel = HarnessChannel(layout, device, "ipc", Path("."))
+channel.put([torch.arange(1 << 20, dtype=torch.float32, device=device)])
+print("REFS " + json.dumps({"describe": channel.describe, "layout": layout.to_dict()}), flush=True)
 sys.stdin.readline()  # keep the buffer alive until the reader is done
 """
 
@@ -109,16 +110,18 @@ def main() -> None:
     if line.startswith("REFS "):
         import torch
 
-        from kevin.evaluation.transfer import Importer
+        from kevin.evaluation.channel import JudgeChannel, Layout
 
-        ref = json.loads(line[5:])[0]
-        torch.cuda.set_device(torch.device(args.device))
-        torch.empty(1, device=args.device)  # a current context, as in the judge
-        importer = Importer(Path(tempfile.mkdtemp()), torch.device(args.device))
-        got = importer.read(ref, torch.float32, (1 << 20,))
-        ok = not isinstance(got, str) and bool((got == torch.arange(1 << 20, dtype=torch.float32, device=args.device)).all())
-        importer.close()
-        print("cuda ipc:", "works" if ok else f"read failed: {got}")
+        sent = json.loads(line[5:])
+        device = torch.device(args.device)
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)  # a current context, as in the judge
+        channel = JudgeChannel(sent["describe"], Path(tempfile.mkdtemp()), Layout.from_dict(sent["layout"]), device)
+        got = [torch.empty(1 << 20, device=device)]
+        channel.copy_outputs(got)
+        ok = bool((got[0] == torch.arange(1 << 20, dtype=torch.float32, device=device)).all())
+        channel.close()
+        print("cuda ipc:", "works" if ok else "read back other values")
     else:
         print("cuda ipc:", line or "exporter failed")
     proc.stdin.write("\n")

@@ -50,11 +50,6 @@ def output_problem(value: Any, device: torch.device) -> str:
     return ""
 
 
-def snapshot_output(value: Any) -> list[torch.Tensor]:
-    """Harness-owned copies of the candidate's output, taken before any other code runs."""
-    return [t.detach().clone() for t in _flatten_output(value)]
-
-
 def compare_outputs(candidate: list[torch.Tensor], reference: Any, atol: dict[str, float], rtol: dict[str, float]) -> Comparison:
     """KernelBench-style allclose per output tensor, with exact shape and dtype."""
     ref_items = _flatten_output(reference)

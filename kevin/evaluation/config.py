@@ -57,8 +57,18 @@ class EvalConfig(Settings):
     rtol: dict[str, float] = field(default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7})
     """Relative tolerance per output dtype."""
 
+    timed_checks: int = 4
+    """Timed calls whose outputs the judge compares with the reference, drawn by reservoir sampling in the judge
+    (no process of the candidate's knows which). A kernel that computes only a share f of its calls passes with
+    chance about f ** timed_checks; from 2 on, computing every call earns more."""
+
+    calibration_calls: int = 30
+    """Empty timed calls each candidate's process makes before its code is loaded: the protocol's own cost per
+    call, by the evaluator's clock, on that task, device and moment (verdict.Overhead)."""
+
     seed: int = 42
-    """Base seed: model init uses it, trial k uses seed + 1000 + k (fresh inputs every trial)."""
+    """Seed of the models' initial weights (reference and candidate alike). The inputs of every trial and timed
+    call come from fresh secret seeds drawn by the judge, so no candidate can know them ahead."""
 
     timeout_s: float = 180.0
     """Wall-clock limit for one candidate's run phase (KernelBench uses 180 s)."""
@@ -152,6 +162,10 @@ class EvalConfig(Settings):
             raise ValueError("baseline_rounds must be >= 1")
         if self.timing_trials < 1 or self.warmup_trials < 0:
             raise ValueError("timing_trials must be >= 1 and warmup_trials >= 0")
+        if self.timed_checks < 1 or self.timed_checks > self.timing_trials:
+            raise ValueError("timed_checks must be between 1 and timing_trials (4 is the default)")
+        if self.calibration_calls < 5:
+            raise ValueError("calibration_calls must be >= 5 (a low quantile of fewer calls is noise)")
         import math
 
         if not (0 < self.timeout_s < math.inf) or not (0 < self.compile_timeout_s < math.inf):

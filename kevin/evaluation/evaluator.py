@@ -25,7 +25,6 @@ import logging
 import os
 import platform
 import queue
-import random
 import secrets
 import shutil
 import subprocess
@@ -43,14 +42,14 @@ from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
 from kevin.evaluation.isolation import protect_process
-from kevin.evaluation.judge import JudgeClient
+from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
 from kevin.records.verdicts import parse_error_verdict
 from kevin.evaluation.rules import cpp_rule_hits, load_rules, static_hits
-from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile, draw_spot_trials
+from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.symbols import library_hits
-from kevin.evaluation.verdict import Failure, Overhead, RunFacts, assemble, score
+from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
@@ -208,7 +207,7 @@ class Evaluator:
         self._judge_locks: dict[str, threading.Lock] = {}
         self._compile_locks: dict[str, threading.Lock] = {}
         self._compile_failures: dict[str, Compiled] = {}
-        self._overheads: dict[tuple[str, str], Overhead] = {}
+        self._layouts: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._protected = False
         if self.config.backend == "cuda":
             names, arch = gpu_info()
@@ -437,15 +436,12 @@ class Evaluator:
         with self._lock:
             return self._judge_locks.setdefault(device, threading.Lock())
 
-    def overhead(self, task: Task, device: str, fresh: bool = False) -> Overhead:
-        """The timing protocol's own cost per call on ``task`` and ``device`` (verdict.corroborate), measured
-        by the judge once per evaluator (``fresh``: again, now)."""
-        key = (self.baseline_key(task), device)
-        if fresh or key not in self._overheads:
-            self._overheads[key] = self.judge(device).overhead(self._task_spec(task))
-        return self._overheads[key]
-
-    # -- verdicts ----------------------------------------------------------------------------------
+    def layout(self, task: Task, device: str) -> dict[str, Any]:
+        """The channel layout of ``task`` (its inputs' and outputs' shapes), from the judge once per evaluator."""
+        key = (task.task_id, task.digest, device)
+        if key not in self._layouts:
+            self._layouts[key] = self.judge(device).request({"t": "layout", "task": self._task_spec(task)}, "layout")["layout"]
+        return self._layouts[key]
 
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None:
         """A verdict without running anything (parse errors, rule violations), or None to go on."""
@@ -561,19 +557,17 @@ class Evaluator:
     # -- run ---------------------------------------------------------------------------------------
 
     def _plan(self, task: Task, compiled: Compiled, device: str) -> tuple[RunPlan, dict[str, Any]]:
+        """The run's plan (kept here) and its job file (read by the candidate's process: it holds nothing secret, no
+        seed and nothing about which calls are checked; those exist only in the judge)."""
         cfg = self.config
-        n = cfg.timing_trials
-        seeds = [cfg.seed + 5000, cfg.seed + 5001]
-        spots = draw_spot_trials(n, len(seeds), random.SystemRandom())
-        plan = RunPlan(task=self._task_spec(task),
-                       trials=[(cfg.seed + 1000 + k, DISTRIBUTIONS[k % len(DISTRIBUTIONS)]) for k in range(cfg.correctness_trials)],
-                       timing_trials=n, spot_trials=spots, spot_seeds=seeds,
-                       watched_trial=secrets.randbelow(cfg.correctness_trials), own_kernels=compiled.kernels,
-                       allowed_ops=list(cfg.allowed_runtime_ops), backend=cfg.backend, timeout_s=cfg.timeout_s,
+        plan = RunPlan(task=self._task_spec(task), trials=[DISTRIBUTIONS[k % len(DISTRIBUTIONS)] for k in range(cfg.correctness_trials)],
+                       timing_trials=cfg.timing_trials, watched_trial=secrets.randbelow(cfg.correctness_trials),
+                       own_kernels=compiled.kernels, allowed_ops=list(cfg.allowed_runtime_ops), backend=cfg.backend,
+                       timeout_s=cfg.timeout_s, timed_checks=cfg.timed_checks, calibration_calls=cfg.calibration_calls,
                        slack_ms=cfg.resolved_clock_slack_ms, tolerance=cfg.clock_tolerance)
         job = {"mode": "run", "task_id": task.task_id, "task_source": plan.task["source"], "config": cfg.to_dict(),
                "device": device, "toolchain": self.toolchain().to_dict(), "ext_dir": str(compiled.ext_dir),
-               "watched_trial": plan.watched_trial, "spot_trials": plan.spot_trials, "transport": cfg.transport}
+               "transport": cfg.transport, "calibration_calls": cfg.calibration_calls}
         return plan, job
 
     def _start_run(self, task: Task, candidate: Candidate, compiled: Compiled, device: str, gated: bool) -> tuple[HarnessJob, RunPlan]:
@@ -623,10 +617,10 @@ class Evaluator:
     def _drive(self, job: HarnessJob, plan: RunPlan, device: str, task: Task) -> RunFacts:
         with self._judge_lock(device):
             try:
-                plan.overhead = self.overhead(task, device)
-                plan.remeasure = lambda: self.overhead(task, device, fresh=True)
-            except Exception as exc:  # the judge could not measure it: only the hard bound is checked
-                _log.warning("no timing overhead for %s on %s: %s", task.task_id, device, exc)
+                plan.layout = self.layout(task, device)
+            except JudgeError as exc:  # the task's inputs or outputs cannot go through a channel: not the candidate's doing
+                job.cancel()
+                return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}"))
             driver = RunDriver(job, self.judge(device), plan, self._layers())
             try:
                 return driver.run()

@@ -4,18 +4,22 @@
 JSON lines (protocol.py). Modes:
 - ``compile`` (no GPU visible): import the solution with our ``load_inline`` in compile mode, which
   builds its extensions into the job's staging folder and loads none of them;
-- ``run``: import the solution (its libraries come from the read-only cache), then run the correctness
-  trials and the timed calls, handing each output to the evaluator, which has the judge compare it.
+- ``run``: open the channel to the judge (channel.py) and calibrate the protocol, then import the solution
+  (its libraries come from the read-only cache) and make its calls: the correctness trials and the timed
+  calls, each on inputs the judge wrote into the channel, each output put into the channel for the judge.
 
 Native code in the candidate's library can rewrite anything in this process, so nothing here is a
-verdict: the harness only reports raw outputs, raw timings and what it saw (profiler events, tampering,
-threads, input writes). A report can make the evaluator's verdict worse, never better; correctness
-comes only from the judge (judge.py) and timing is checked against the evaluator's own clock.
+verdict and nothing here decides how a call is checked: the harness only makes calls and reports raw
+timings and what it saw (profiler events, tampering, threads). It holds no seed and no check plan: the
+judge draws each call's inputs from a fresh secret seed just before the call may begin, copies the outputs
+out when the call's end mark arrives, and decides alone which timed calls it compares. A report can make
+the evaluator's verdict worse, never better.
 
 Order inside ``run`` (why): isolation first, then torch, the CUDA context and the profiler (all before
 any candidate code, and for a job started ahead of its turn, before the evaluator hands it the GPU);
-then the task and the candidate; each trial runs the candidate on fresh inputs (new seed, alternating
-distributions) with the CUDA cache poisoned, and sends the outputs out before the next trial.
+then the channel and the calibration (empty calls, so the evaluator measures the protocol's own cost in
+this very process before any candidate code can touch it); then the task and the candidate; each trial
+runs the candidate with the CUDA cache poisoned and waits for the judge's comparison before the next.
 """
 
 from __future__ import annotations
@@ -34,6 +38,11 @@ from typing import Any, Iterator
 
 from kevin.evaluation import protocol
 from kevin.evaluation.protocol import BAD_START_EXIT, SETUP_FAILED_EXIT
+from kevin.evaluation.transfer import DTYPES, ipc_probe
+
+
+def transfer_dtype(name: str) -> Any:
+    return DTYPES[name]
 
 
 class Stop(Exception):
@@ -153,8 +162,6 @@ class RunJob:
     def setup(self) -> None:
         import torch
 
-        from kevin.evaluation.transfer import Exporter
-
         start = time.perf_counter()
         torch.set_grad_enabled(False)
         if not self.cuda and self.cfg.cpu_threads > 0:
@@ -169,17 +176,55 @@ class RunJob:
         torch.randn(1 << 16).sum()
         with torch.profiler.profile(activities=self._activities()):
             torch.ones(8, device=self.device).sum()
-        transport = "file"
+        self.channel_kind = "file"
         if self.cuda and self.job.get("transport", "auto") in ("auto", "ipc"):
-            why = Exporter.probe(self.device)
+            why = ipc_probe(self.device)
             if not why:
-                transport = "ipc"
+                self.channel_kind = "ipc"
             elif self.job.get("transport") == "ipc":
                 raise RuntimeError(f"CUDA IPC is not available: {why}")
             else:
-                self.warnings.append(f"outputs go to the judge through files (CUDA IPC unavailable: {why[:200]})")
-        self.exporter = Exporter(Path(os.getcwd()), self.device, transport)
+                self.warnings.append(f"the channel to the judge is a shared file (CUDA IPC unavailable: {why[:200]})")
         self.times["setup"] = time.perf_counter() - start
+
+    # -- the channel and the calibration (no candidate code yet) -----------------------------------
+
+    def open_channel(self, layout: dict[str, Any]) -> None:
+        """The buffer through which the judge hands over inputs and takes outputs (channel.py), announced to the
+        evaluator, whose judge maps it before any candidate code runs."""
+        from kevin.evaluation.channel import HarnessChannel, Layout
+
+        self.layout = Layout.from_dict(layout)
+        self.channel = HarnessChannel(self.layout, self.device, self.channel_kind, Path(os.getcwd()))
+        self.link.send({"t": "channel", **self.channel.describe})
+        if self.link.receive().get("t") != "attached":
+            raise Stop()
+
+    def mark(self, kind: str, i: int) -> dict[str, Any]:
+        """Send a begin or end mark; a begin mark waits for its answer (the judge has written the inputs by then)."""
+        self.link.send({"t": kind, "i": i})
+        if kind == "e":
+            return {}
+        answer = self.link.receive()
+        if answer.get("t") != "ack" or answer.get("i") != i:
+            raise Stop()
+        return answer
+
+    def calibrate(self) -> None:
+        """Timed calls of an empty forward that returns ready outputs: what the protocol itself costs on this task
+        and device, measured by the evaluator's clock before any candidate code exists (verdict.Overhead)."""
+        import torch
+
+        from kevin.evaluation.timing import channel_calls
+
+        ready = [torch.zeros(y.shape, dtype=transfer_dtype(y.dtype), device=self.device) for y in self.layout.outputs]
+        n = int(self.job.get("calibration_calls", 30))
+        self.link.send({"t": "calibrate", "trials": n})
+        samples = channel_calls(lambda *args: ready, self.channel, self.device, 2, n, lambda i: self.mark("b", i),
+                                lambda i: self.mark("e", i))
+        self.link.send({"t": "calibrated", "samples": samples})
+        if self.link.receive().get("t") != "continue":
+            raise Stop()
 
     def _activities(self) -> list[Any]:
         from torch.profiler import ProfilerActivity
@@ -305,58 +350,53 @@ class RunJob:
         return out, seen
 
     def correctness(self) -> None:
-        from kevin.evaluation.checks import output_problem, snapshot_output
-        from kevin.evaluation.inputs import DISTRIBUTIONS, clone_all, inputs_equal, make_inputs, poison_free_cuda_memory
+        """Each trial: the judge writes fresh inputs (its own secret seed; distributions alternate) into the channel,
+        the candidate runs on them with the CUDA cache poisoned, its outputs go into the channel, and the judge
+        compares them before the next trial may start."""
+        from kevin.evaluation.checks import output_problem
+        from kevin.evaluation.inputs import poison_free_cuda_memory
 
         start = time.perf_counter()
-        watched = int(self.job.get("watched_trial", 0))
         for k in range(self.cfg.correctness_trials):
-            seed = self.cfg.seed + 1000 + k
-            inputs = make_inputs(self.task, seed, DISTRIBUTIONS[k % len(DISTRIBUTIONS)], self.device)
-            pristine = clone_all(inputs)
             if self.cuda:
                 poison_free_cuda_memory(self.device)
-            out, seen = self.call(inputs, profiled=(not self.cuda) or k == watched)
+            answer = self.mark("b", k)
+            self.channel.stage_in()
+            out, seen = self.call(self.channel.inputs, profiled=(not self.cuda) or bool(answer.get("profile")))
             problem = output_problem(out, self.device)
             if problem:
                 self.link.violation("output_type", problem)
-            refs = self.exporter.export(snapshot_output(out), f"trial{k}")
+            problem = self.channel.put(list(out) if isinstance(out, (tuple, list)) else [out])
+            if problem:
+                self.link.fail("incorrect", problem)
             del out
-            if not inputs_equal(pristine, inputs):
-                self.link.violation("input_mutation", "the forward modified its inputs in place")
-            self.link.send({"t": "trial", "k": k, "refs": refs, **seen})
-            answer = self.link.receive()
-            if answer.get("t") != "continue":
+            self.link.send({"t": "e", "i": k, **seen})
+            if self.link.receive().get("t") != "continue":
                 raise Stop()
         self.times["correctness"] = time.perf_counter() - start
 
     # -- timing ------------------------------------------------------------------------------------
 
     def timing(self) -> None:
-        from kevin.evaluation.checks import snapshot_output
-        from kevin.evaluation.inputs import clone_all, make_inputs
-        from kevin.evaluation.timing import time_callable
+        from kevin.evaluation.checks import output_problem
+        from kevin.evaluation.timing import channel_calls
 
         start = time.perf_counter()
-        sources = [make_inputs(self.task, self.cfg.seed + 5000 + i, "base", self.device) for i in range(2)]
-        spots = [int(i) for i in self.job.get("spot_trials", [])]
-
-        def mark(kind: str, i: int) -> None:
-            self.link.send({"t": kind, "i": i})
-            answer = self.link.receive()  # stamped by the evaluator while this process waits
-            if answer.get("t") != "ack" or answer.get("k") != kind or answer.get("i") != i:
-                raise Stop()
-
         while True:  # the evaluator may ask for the loop again when its clock disagreed (verdict.py)
             self.link.send({"t": "timing", "trials": self.cfg.timing_trials})
-            result = time_callable(self.model, clone_all(sources[0]), sources, self.device, self.cfg.warmup_trials,
-                                   self.cfg.timing_trials, self.cfg.resolved_flush_bytes if self.cfg.flush_l2 else 0, spots,
-                                   snapshot_output, mark=mark)
+            try:
+                samples = channel_calls(self.model, self.channel, self.device, self.cfg.warmup_trials, self.cfg.timing_trials,
+                                        lambda i: self.mark("b", i), lambda i: self.mark("e", i),
+                                        check=lambda out: output_problem(out, self.device))
+            except Stop:
+                raise
+            except ValueError as exc:
+                self.link.fail("incorrect", f"a timed call: {exc}")
+            except Exception as exc:
+                self.link.fail("runtime_error", "a timed call raised an error", error=error_text(exc))
             self.check_tampering()
-            spot_refs = self.exporter.export_groups({f"spot{i}": out for i, out in result.spot_outputs.items()})
-            spot_refs = {tag[len("spot"):]: refs for tag, refs in spot_refs.items()}
             self.times["timing"] = time.perf_counter() - start
-            self.link.send({"t": "timed", "samples": result.samples_ms, "spots": spot_refs})
+            self.link.send({"t": "timed", "samples": samples})
             answer = self.link.receive()
             if answer.get("t") != "again":
                 break
@@ -381,6 +421,13 @@ def run_job(job: dict[str, Any], link: Link, notes: list[str], token: str) -> No
     if start.get("t") != "start" or not hmac.compare_digest(str(start.get("token", "")), token):
         os._exit(BAD_START_EXIT)  # only the evaluator knows the token
     try:
+        try:
+            run.open_channel(start.get("layout"))
+            run.calibrate()
+        except Stop:
+            raise
+        except Exception as exc:
+            link.fail("runtime_error", "the channel to the judge could not be set up", error=error_text(exc))
         run.load_task()
         run.load_candidate()
         run.correctness()

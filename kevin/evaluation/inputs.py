@@ -1,6 +1,7 @@
 """Inputs for correctness and timing: fresh seeds, two input distributions, poisoned memory.
 
-Runs inside the harness process (it imports torch).
+``make_inputs`` runs in the judge (every call's inputs, from its own secret seeds) and in the harness (the
+models' initial weights come from the public seed); ``poison_free_cuda_memory`` runs in the harness.
 """
 
 from __future__ import annotations
@@ -59,32 +60,6 @@ def make_inputs(task_module: Any, seed: int, distribution: str, device: torch.de
 def clone_all(values: Sequence[Any]) -> list[Any]:
     """Independent copies: the candidate and the reference never share an input buffer."""
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
-
-
-def inputs_equal(before: Sequence[Any], after: Sequence[Any]) -> bool:
-    """Bitwise equality of every tensor input (NaN-safe), to catch in-place modification."""
-    for a, b in zip(before, after):
-        if isinstance(a, torch.Tensor):
-            if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
-                return False
-            if a.numel() and not torch.equal(a.reshape(-1).view(torch.uint8), b.detach().reshape(-1).view(torch.uint8)):
-                return False
-    return True
-
-
-def poison_tensors(values: Any) -> None:
-    """Fill tensors with NaN bytes before they are released, so nothing can inherit their contents."""
-    if isinstance(values, torch.Tensor):
-        tensor = values.detach()
-        if not tensor.numel():
-            return
-        if tensor.is_contiguous():
-            tensor.reshape(-1).view(torch.uint8).fill_(POISON_BYTE)
-        else:
-            tensor.fill_(float("nan") if tensor.is_floating_point() else -1)
-    elif isinstance(values, (list, tuple)):
-        for v in values:
-            poison_tensors(v)
 
 
 def poison_free_cuda_memory(device: torch.device) -> int:

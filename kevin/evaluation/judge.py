@@ -1,11 +1,13 @@
 """The judge: a trusted process, one per device, where the verdict is decided and no candidate code runs.
 
-It rebuilds each trial's inputs from the seed the evaluator chose, runs the task's reference on them,
-and compares the candidate's raw outputs (handed over by ``transfer.py``) with the result: shapes,
-dtypes, finiteness, tolerances, and whether the reference is nearly constant. It also times the
-PyTorch eager baselines and calibrates the evaluator's clock (verdict.py). Candidates never see the
-reference outputs: they are computed after the candidate's outputs exist, in this process's memory
-only, and this process is not dumpable, so a candidate without CAP_SYS_PTRACE cannot read it.
+For every call of a candidate (correctness trials and timed calls alike) it draws the inputs from a fresh
+secret seed and writes them into the job's channel (channel.py) just before the call may begin, and copies
+the outputs out of the channel as soon as the call's end mark arrives. Trials are compared at once; of the
+timed calls, ``evaluation.timed_checks`` are drawn by reservoir sampling inside this process and compared
+after the loop. Comparisons: shapes, dtypes, finiteness, tolerances, and whether the reference is nearly
+constant. It also times the PyTorch eager baselines. Candidates never see a seed, a draw or a reference
+output: they exist only in this process's memory, and this process is not dumpable, so a candidate without
+CAP_SYS_PTRACE cannot read it.
 
 ``python -m kevin.evaluation.judge READ_FD WRITE_FD`` reads commands and writes answers as JSON lines
 (protocol.py). ``JudgeClient`` is the evaluator's handle on one such process.
@@ -14,6 +16,7 @@ only, and this process is not dumpable, so a candidate without CAP_SYS_PTRACE ca
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 import threading
@@ -26,9 +29,42 @@ from typing import TYPE_CHECKING, Any
 from kevin.evaluation import protocol
 
 if TYPE_CHECKING:
-    from kevin.evaluation.verdict import Overhead
+    from kevin.evaluation.channel import JudgeChannel
 
 _CACHED_TASKS = 4
+
+
+class _Session:
+    """One job's calls as the judge sees them: its channel, the current call's inputs, the sampled timed calls."""
+
+    def __init__(self, module: Any, model: Any, channel: "JudgeChannel", checks: int):
+        import torch
+
+        self.module, self.model, self.channel, self.checks = module, model, channel, max(0, checks)
+        self.current: tuple[int, str, list[Any]] | None = None
+        """(seed, distribution, inputs) of the call whose inputs are in the channel now."""
+        self.seen = 0
+        self.kept: list[tuple[int, int, str, list[Any]]] = []
+        """(call number, seed, distribution, outputs) of the timed calls drawn so far."""
+        # checks + 1 sets of output tensors, allocated once: a capture copies into ``incoming``, and keeping a call
+        # swaps buffers, so a kept call costs no more time than one let go.
+        self.incoming = self._outputs(torch)
+        self.spare = [self._outputs(torch) for _ in range(self.checks)]
+
+    def _outputs(self, torch: Any) -> list[Any]:
+        return [torch.empty(y.shape, dtype=y.dtype, device=self.channel.device) for y in self.channel.outputs]
+
+    def sample(self, seed: int, dist: str) -> None:
+        """Reservoir sampling: after n captures every one of them is among the kept ``checks`` with the same chance."""
+        self.seen += 1
+        call = self.seen - 1
+        if len(self.kept) < self.checks:
+            self.kept.append((call, seed, dist, self.incoming))
+            self.incoming = self.spare.pop()
+        else:
+            j = secrets.randbelow(self.seen)
+            if j < self.checks:
+                self.kept[j], self.incoming = (call, seed, dist, self.incoming), self.kept[j][3]
 
 
 # ------------------------------------------------------------------------------- the judge process
@@ -44,6 +80,8 @@ class _Judge:
         self.device = torch.device(device)
         self.wfd = wfd
         self.tasks: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self.session: _Session | None = None
+        self._flush: Any = None
         torch.set_grad_enabled(False)
         if self.device.type == "cpu" and self.cfg.cpu_threads > 0:
             torch.set_num_threads(self.cfg.cpu_threads)
@@ -73,44 +111,114 @@ class _Judge:
         self.tasks.move_to_end(key)
         return self.tasks[key]
 
-    def check(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Compare one call's outputs with the reference on the same seed and distribution."""
-        import torch
+    # -- one job's calls through its channel (channel.py) ------------------------------------------
 
-        from kevin.evaluation.checks import _flatten_output, all_finite, compare_outputs, nearly_constant
+    def layout(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The channel layout of a task: its inputs' and its reference's outputs' shapes (from a seed of our own)."""
+        from kevin.evaluation.channel import Layout
+        from kevin.evaluation.checks import _flatten_output
         from kevin.evaluation.inputs import make_inputs
-        from kevin.evaluation.transfer import Importer
 
         module, model = self.task(msg["task"])
-        inputs = make_inputs(module, int(msg["seed"]), msg["dist"], self.device)
-        reference = _flatten_output(model(*inputs))
-        refs = msg.get("refs")
+        inputs = make_inputs(module, secrets.randbits(31), "base", self.device)
+        layout = Layout.of(inputs, _flatten_output(model(*inputs)))
+        return {"t": "layout", "layout": layout.to_dict()}
+
+    def attach(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Map a job's channel and start its session (one at a time: the evaluator runs one job per device)."""
+        from kevin.evaluation.channel import JudgeChannel, Layout
+
+        self.detach()
+        module, model = self.task(msg["task"])
+        layout = Layout.from_dict(msg["layout"])
+        channel = JudgeChannel(msg["channel"], Path(msg["folder"]), layout, self.device)
+        self.session = _Session(module, model, channel, int(msg.get("checks", 0)))
+        return {"t": "attached"}
+
+    def detach(self) -> dict[str, Any]:
+        if self.session is not None:
+            self.session.channel.close()
+            self.session = None
+        return {"t": "detached"}
+
+    def prepare(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Write one call's inputs, from a fresh secret seed, into the channel; then flush the cache. Until this
+        returns the candidate's process cannot know them, and its begin mark is answered only after it."""
+        from kevin.evaluation.inputs import make_inputs
+
+        s = self._session()
+        dist = str(msg.get("dist", "base"))
+        seed = secrets.randbits(31)
+        inputs = make_inputs(s.module, seed, dist, self.device)
+        s.channel.write_inputs(inputs)
+        s.current = (seed, dist, inputs)
+        self.flush()
+        return {"t": "prepared"}
+
+    def flush(self) -> None:
+        """Evict the last-level cache (the inputs just written too), as the baselines' protocol does before a call."""
+        import torch
+
+        if self.cfg.flush_l2:
+            if self._flush is None:
+                self._flush = torch.empty(max(self.cfg.resolved_flush_bytes // 4, 1), dtype=torch.float32, device=self.device)
+            self._flush.fill_(float(secrets.randbits(8)))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def capture(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Copy a call's outputs out of the channel now (its end mark arrived), then: ``check`` compares them with
+        the reference at once (correctness trials); ``sample`` keeps them or not by reservoir sampling, in this
+        process only, for ``verify``; ``none`` only copies (the calibration). Every mode copies the same bytes
+        first, so how long a capture takes tells the candidate nothing about whether its call is checked."""
+        s = self._session()
+        mode = msg.get("mode")
+        s.channel.copy_outputs(s.incoming)
+        if mode == "none":
+            return {"t": "captured"}
+        if s.current is None:
+            raise ValueError("a capture without prepared inputs")
+        seed, dist, inputs = s.current
+        s.current = None
+        if mode == "sample":
+            s.sample(seed, dist)
+            return {"t": "captured"}
+        answer = self.compare(s, s.incoming, inputs, bool(msg.get("constant_check")))
+        if msg.get("input_check") and not s.channel.inputs_equal(inputs):
+            answer.update(ok=False, message="the forward modified its inputs in place", input_mutation=True)
+        return answer
+
+    def verify(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Compare the sampled timed calls with the reference on their own inputs, rebuilt from their seeds."""
+        from kevin.evaluation.inputs import make_inputs
+
+        s = self._session()
+        kept, s.kept, s.seen = s.kept, [], 0
+        s.spare.extend(k[3] for k in kept)  # free for the next timed loop once compared (nothing captures meanwhile)
+        for n, (call, seed, dist, outputs) in enumerate(sorted(kept, key=lambda k: k[0])):
+            answer = self.compare(s, outputs, make_inputs(s.module, seed, dist, self.device), False)
+            if answer["ok"] is not True or not answer["ref_finite"]:
+                answer.update(call=call, checked=n + 1)
+                return answer
+        return {"t": "checked", "ok": True, "message": "", "checked": len(kept), "ref_finite": True}
+
+    def compare(self, s: "_Session", got: list[Any], inputs: list[Any], constant_check: bool) -> dict[str, Any]:
+        from kevin.evaluation.checks import _flatten_output, all_finite, compare_outputs, nearly_constant
+
+        reference = _flatten_output(s.model(*inputs))
         answer: dict[str, Any] = {"t": "checked", "ok": False, "message": "", "max_abs": 0.0, "max_rel": 0.0,
-                                  "ref_finite": all_finite(reference), "nearly_constant": bool(msg.get("constant_check")) and nearly_constant(reference)}
+                                  "ref_finite": all_finite(reference), "nearly_constant": constant_check and nearly_constant(reference)}
         if not answer["ref_finite"]:
             answer["ok"] = True  # the trial is skipped: the reference itself is not finite under these inputs
             return answer
-        if not isinstance(refs, list) or len(refs) != len(reference):
-            answer["message"] = f"returned {len(refs) if isinstance(refs, list) else 'no'} outputs, expected {len(reference)}"
-            return answer
-        importer = Importer(Path(msg["folder"]), self.device)
-        try:
-            got = []
-            for j, (ref, want) in enumerate(zip(refs, reference)):
-                if not isinstance(want, torch.Tensor):
-                    answer["message"] = f"the reference's output {j} is not a tensor"
-                    return answer
-                value = importer.read(ref, want.dtype, tuple(want.shape))
-                if isinstance(value, str):
-                    answer["message"] = f"output {j} {value}"
-                    return answer
-                got.append(value)
-            cmp = compare_outputs(got, reference, self.cfg.atol, self.cfg.rtol)
-            answer.update(ok=cmp.ok, message=cmp.message, max_abs=cmp.max_abs_error, max_rel=cmp.max_rel_error)
-            del got
-        finally:
-            importer.close()
+        cmp = compare_outputs(list(got), reference, self.cfg.atol, self.cfg.rtol)
+        answer.update(ok=cmp.ok, message=cmp.message, max_abs=cmp.max_abs_error, max_rel=cmp.max_rel_error)
         return answer
+
+    def _session(self) -> "_Session":
+        if self.session is None:
+            raise ValueError("no job is attached")
+        return self.session
 
     def baselines(self, msg: dict[str, Any]) -> dict[str, Any]:
         """The PyTorch eager time of each task's reference, with the protocol candidates are timed with: the
@@ -139,23 +247,6 @@ class _Judge:
         result = time_callable(model, clone_all(sources[0]), sources, self.device, self.cfg.warmup_trials,
                                self.cfg.timing_trials, self.cfg.resolved_flush_bytes if self.cfg.flush_l2 else 0)
         return result.median_ms
-
-    def overhead(self, msg: dict[str, Any], read_ack) -> dict[str, Any]:
-        """Run a task's timing protocol with an empty call: the evaluator's stamps of it show what a cycle
-        costs besides the call (refreshing inputs, flushing the cache, the marks), on this task and device."""
-        from kevin.evaluation.inputs import clone_all, make_inputs
-        from kevin.evaluation.timing import time_callable
-
-        module, _ = self.task(msg["task"])
-        sources = [make_inputs(module, self.cfg.seed + 5000 + i, "base", self.device) for i in range(2)]
-
-        def mark(kind: str, i: int) -> None:
-            self.answer({"t": kind, "i": i})
-            read_ack(kind, i)
-
-        result = time_callable(lambda *args: None, clone_all(sources[0]), sources, self.device, max(5, self.cfg.warmup_trials),
-                               max(50, self.cfg.timing_trials), self.cfg.resolved_flush_bytes if self.cfg.flush_l2 else 0, mark=mark)
-        return {"t": "overhead", "samples": result.samples_ms}
 
 
 def warm_up(device: Any, seconds: float = 1.0) -> None:
@@ -191,24 +282,15 @@ def main(argv: list[str]) -> None:
     judge = _Judge(setup["config"], setup["device"], wfd)
     judge.answer({"t": "ready", "notes": notes})
 
-    def read_ack(kind: str, i: int) -> None:
-        ack = next(lines)
-        if ack.get("t") != "ack" or ack.get("k") != kind or ack.get("i") != i:
-            raise protocol.ProtocolError("expected the evaluator's stamp of a timing mark")
-
+    handlers = {"layout": judge.layout, "attach": judge.attach, "prepare": judge.prepare, "capture": judge.capture,
+                "verify": judge.verify, "detach": lambda msg: judge.detach(), "baselines": judge.baselines}
     for msg in lines:
         kind = msg.get("t")
+        if kind == "exit":
+            break
         try:
-            if kind == "check":
-                judge.answer(judge.check(msg))
-            elif kind == "baselines":
-                judge.answer(judge.baselines(msg))
-            elif kind == "overhead":
-                judge.answer(judge.overhead(msg, read_ack))
-            elif kind == "exit":
-                break
-            else:
-                judge.answer({"t": "error", "error": f"unknown command {kind!r}"})
+            handler = handlers.get(kind)
+            judge.answer(handler(msg) if handler else {"t": "error", "error": f"unknown command {kind!r}"})
         except Exception as exc:
             judge.answer({"t": "error", "error": _error_text(exc)})
     os._exit(0)
@@ -238,7 +320,7 @@ class JudgeClient:
         os.close(to_judge_r)
         os.close(from_judge_w)
         self._w = to_judge_w
-        self.reader = protocol.LineReader(from_judge_r, name=f"judge-{device}", ack_fd=to_judge_w)
+        self.reader = protocol.LineReader(from_judge_r, name=f"judge-{device}")
         from kevin.evaluation.sandbox import Tail
 
         self.stderr = Tail(self.proc.stderr)
@@ -274,23 +356,12 @@ class JudgeClient:
             protocol.send(self._w, message)
             return self._await((answer,), timeout or self.timeout_s, on_progress)[1]
 
-    def overhead(self, task: dict[str, str]) -> "Overhead":
-        """The timing protocol's own cost per call on ``task``, by the evaluator's clock (verdict.Overhead)."""
-        from kevin.evaluation.verdict import Overhead, TimingEvidence, measure_overhead  # noqa: F401
-
+    def call(self, message: dict[str, Any], answer: str) -> tuple[int, dict[str, Any]]:
+        """``request`` for the calls of a timed loop: also the evaluator's clock when the answer arrived (ns)."""
         with self._lock:
             self.start()
-            protocol.send(self._w, {"t": "overhead", "task": task})
-            begin: dict[int, int] = {}
-            end: dict[int, int] = {}
-            while True:
-                at, msg = self._await(("b", "e", "overhead"), self.timeout_s)
-                if msg["t"] == "overhead":
-                    break
-                (begin if msg["t"] == "b" else end)[int(msg["i"])] = at
-            samples = [float(x) for x in msg["samples"]]
-            evidence = TimingEvidence(samples, [begin[i] for i in range(len(samples))], [end[i] for i in range(len(samples))])
-            return measure_overhead(evidence)
+            protocol.send(self._w, message)
+            return self._await((answer,), self.timeout_s)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -65,9 +65,8 @@ class LineReader:
     closed its end it returns a ``Received`` with ``message=None`` and ``error='closed'`` for ever.
     """
 
-    def __init__(self, fd: int, name: str = "reader", ack_fd: int | None = None):
+    def __init__(self, fd: int, name: str = "reader"):
         self._fd = fd
-        self._ack_fd = ack_fd
         self._queue: queue.Queue[Received] = queue.Queue()
         self._closed = False
         self._thread = threading.Thread(target=self._pump, name=name, daemon=True)
@@ -84,10 +83,7 @@ class LineReader:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    item = self._parse(line, now)
-                    if self._ack_fd is not None and item.message and item.message["t"] in ("b", "e"):
-                        self._ack(item.message)
-                    self._queue.put(item)
+                    self._queue.put(self._parse(line, now))
                 if len(buffer) > MAX_LINE:
                     self._queue.put(Received(now, None, f"a line longer than {MAX_LINE} bytes"))
                     buffer = b""
@@ -98,18 +94,6 @@ class LineReader:
             self._queue.put(Received(time.monotonic_ns(), None, "closed"))
             try:
                 os.close(self._fd)
-            except OSError:
-                pass
-
-    def _ack(self, message: dict[str, Any]) -> None:
-        """A timed call may start once its begin mark is stamped, and the timed process waits after its end mark
-        until that is stamped too: both stamps are then taken while it sleeps, so a busy machine delays them as
-        little as it can (a stamp taken while the process went on to its next call's work could be late by all
-        of that work). Answered at once, from this thread, the same for every timed process."""
-        index = message.get("i")
-        if isinstance(index, int) and not isinstance(index, bool):
-            try:
-                send(self._ack_fd, {"t": "ack", "k": message["t"], "i": index})
             except OSError:
                 pass
 

@@ -9,21 +9,20 @@ message out of order, malformed or missing is the candidate's failure, never the
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.evaluation.protocol import Received
 from kevin.records.evaluation import Status, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
-                                      forbidden_ops, kernel_time_problem)
+                                      forbidden_ops, kernel_time_problem, measure_overhead)
 
 REPORTABLE = {"parse_error": Status.PARSE_ERROR, "rule_violation": Status.RULE_VIOLATION, "compile_error": Status.COMPILE_ERROR,
-              "runtime_error": Status.RUNTIME_ERROR, "task_error": Status.RUNTIME_ERROR}
+              "runtime_error": Status.RUNTIME_ERROR, "task_error": Status.RUNTIME_ERROR, "incorrect": Status.INCORRECT}
 """What a harness may report about itself: failures only (success is established here, never claimed)."""
 _GRACE_S = 5.0
 
@@ -50,14 +49,6 @@ def _strings(value: Any, limit: int = 50) -> list[str]:
     if not isinstance(value, list):
         return []
     return [str(v)[:500] for v in value[:limit] if isinstance(v, str)]
-
-
-def draw_spot_trials(n: int, sources: int, rng: random.Random) -> list[int]:
-    """Which of ``n`` timed calls have their outputs checked: one drawn at random among the calls of each timing
-    input (call i runs on input ``i % sources``). Drawing two calls from all of them would, one time in
-    ``sources``, pick calls of the same input, and an output cached on the first call (the inputs are refreshed
-    in place, so their pointers never change) would then pass both checks."""
-    return sorted(rng.choice(range(k, n, sources)) for k in range(min(sources, n)))
 
 
 def reported_failure(message: dict[str, Any]) -> Failure:
@@ -143,45 +134,54 @@ def drive_compile(job: HarnessJob, timeout_s: float, layers: list[str]) -> Compi
 
 @dataclass
 class RunPlan:
-    """What the evaluator expects of one run job, decided before the candidate runs."""
+    """What the evaluator expects of one run job, decided before the candidate runs. Nothing here is sent to the
+    candidate's process: its seeds and which timed calls are compared live in the judge alone."""
 
     task: dict[str, str]
     """``{"task_id", "source"}`` (the rendered source) for the judge."""
-    trials: list[tuple[int, str]]
-    """(seed, input distribution) of each correctness trial."""
+    trials: list[str]
+    """The input distribution of each correctness trial."""
     timing_trials: int
-    spot_trials: list[int]
-    spot_seeds: list[int]
-    """Seeds of the timing inputs; timed call i uses ``spot_seeds[i % len(spot_seeds)]``."""
     watched_trial: int
+    """The correctness trial whose GPU kernels are profiled on cuda (told to the process at that trial's begin)."""
     own_kernels: list[str]
     allowed_ops: list[str]
     backend: str
     timeout_s: float
-    overhead: Overhead | None = None
+    layout: dict[str, Any] = field(default_factory=dict)
+    """The channel's layout (channel.Layout), from the judge's own run of the task."""
+    timed_checks: int = 4
+    """Timed calls the judge compares, drawn by reservoir sampling in the judge."""
+    calibration_calls: int = 30
     slack_ms: float = 0.1
     tolerance: float = 0.2
-    remeasure: Callable[[], Overhead] | None = None
-    """Measures the overhead again, now: a disagreement is only reported if it holds against a fresh
-    measurement (the machine's load may have changed since the first one)."""
     timing_attempts: int = 3
     """Timed loops a candidate gets when its times disagree with the evaluator's clock: a burst of other
     work on the machine delays the evaluator's stamps in one loop, a forgery shows in every loop."""
 
 
 class RunDriver:
-    """Drives one run job to its end and collects its facts."""
+    """Drives one run job to its end and collects its facts.
+
+    Every call of the job, from the calibration to the last timed call, goes the same way: the process sends its
+    begin mark; the judge writes the call's inputs into the channel (not in the calibration); the evaluator stamps
+    the begin and answers; the process calls, puts the outputs into the channel and sends its end mark; the judge
+    copies the outputs out, and the evaluator stamps the end when that copy is done. So the evaluator's window of a
+    call holds everything the process did for it, and the outputs compared are those the channel held at its end.
+    """
 
     def __init__(self, job: HarnessJob, judge: JudgeClient, plan: RunPlan, layers: list[str]):
         self.job, self.judge, self.plan, self.layers = job, judge, plan, layers
         self.facts = RunFacts()
         self.judge_failed = False
+        self.overhead: Overhead | None = None
         self._kernel_ms: float | None = None
         self._begin: dict[int, int] = {}
         self._end: dict[int, int] = {}
         self._next_mark = ("b", 0)
         self._phase = "ready"
         self._attempts = 0
+        self._attached = False
 
     def fail(self, failure: Failure) -> None:
         if self.facts.failure is None:
@@ -190,32 +190,32 @@ class RunDriver:
     def violation(self, rule_id: str, message: str) -> None:
         self.fail(Failure(Status.RULE_VIOLATION, message, rule_id=rule_id))
 
-    def run(self, started: bool = False) -> RunFacts:
-        """``started``: the job was handed its turn already (its ``ready`` read by the caller)."""
+    def run(self) -> RunFacts:
         plan, job = self.plan, self.job
         deadline = time.monotonic() + plan.timeout_s
-        if started:
-            self._phase = "trials"
         timed_out = finished = False
-        while not finished:
-            limit = deadline if self.facts.failure is None else min(deadline, time.monotonic() + _GRACE_S)
-            item = job.next(limit)
-            if item is None:
-                timed_out = self.facts.failure is None and not job.limit_hit
-                break
-            if item.message is None:
-                if item.error != "closed":
-                    self.fail(Failure(Status.RUNTIME_ERROR, f"the candidate's process sent {item.error}"))
-                break
-            try:
-                finished = self.handle(item)
-            except (ValueError, TypeError, KeyError) as exc:
-                self.fail(Failure(Status.RUNTIME_ERROR, f"the candidate's process broke the evaluation protocol: {exc}"))
-                job.send({"t": "stop"})
-            except JudgeError as exc:
-                self.judge_failed = True
-                self.fail(Failure(Status.RUNTIME_ERROR, "the judge failed while checking this candidate", str(exc)))
-                job.send({"t": "stop"})
+        try:
+            while not finished:
+                limit = deadline if self.facts.failure is None else min(deadline, time.monotonic() + _GRACE_S)
+                item = job.next(limit)
+                if item is None:
+                    timed_out = self.facts.failure is None and not job.limit_hit
+                    break
+                if item.message is None:
+                    if item.error != "closed":
+                        self.fail(Failure(Status.RUNTIME_ERROR, f"the candidate's process sent {item.error}"))
+                    break
+                try:
+                    finished = self.handle(item)
+                except (ValueError, TypeError, KeyError) as exc:
+                    self.fail(Failure(Status.RUNTIME_ERROR, f"the candidate's process broke the evaluation protocol: {exc}"))
+                    job.send({"t": "stop"})
+                except JudgeError as exc:
+                    self.judge_failed = True
+                    self.fail(Failure(Status.RUNTIME_ERROR, "the judge failed while checking this candidate", str(exc)))
+                    job.send({"t": "stop"})
+        finally:
+            self.detach()
         end = job.end(timed_out=timed_out)
         self.facts.wall_seconds = end.wall_seconds
         if end.timed_out:
@@ -226,54 +226,134 @@ class RunDriver:
             self.facts.failure = ended_without_verdict("the candidate's process", end, self.layers)
         return self.facts
 
+    def detach(self) -> None:
+        if self._attached and not self.judge_failed:
+            self._attached = False
+            try:
+                self.judge.request({"t": "detach"}, "detached")
+            except JudgeError:
+                self.judge_failed = True
+
     # -- messages ----------------------------------------------------------------------------------
 
     def handle(self, item: Received) -> bool:
         """React to one message; True when the job has nothing more to say."""
-        message, kind = item.message, item.message["t"]
-        if kind == "ready" and self._phase == "ready":
-            self.job.start()
-            self._phase = "trials"
+        message, kind, phase = item.message, item.message["t"], self._phase
+        if kind == "ready" and phase == "ready":
+            self.job.start({"layout": self.plan.layout})
+            self._phase = "channel"
         elif kind == "fail":
             self.fail(reported_failure(message))
         elif kind == "report":
             self.facts.warnings.extend(_strings(message.get("warnings")))
             self.facts.times.update(_float_map(message.get("times")))
         elif kind == "done":
-            if self.facts.failure is None and self._phase != "finished":
+            if self.facts.failure is None and phase != "finished":
                 raise ValueError("the process finished before its timed calls were checked")
             self._phase = "done"
             return True
         elif self.facts.failure is not None:
             return False  # after a failure only the report and the end matter
-        elif kind == "trial" and self._phase == "trials":
-            self.trial(message)
-        elif kind == "timing" and self._phase in ("trials", "again"):
+        elif kind == "channel" and phase == "channel":
+            self.attach(message)
+        elif kind == "calibrate" and phase == "calibration":
+            if message.get("trials") != self.plan.calibration_calls:
+                raise ValueError("calibration started out of turn")
+            self._loop("calibrating")
+        elif kind == "calibrated" and phase == "calibrating":
+            self.calibrated(message)
+        elif kind == "b" and phase in ("trials", "calibrating", "timing"):
+            self.begin(message.get("i"))
+        elif kind == "e" and phase in ("trials", "calibrating", "timing"):
+            self.end(message)
+        elif kind == "timing" and phase in ("trials", "again"):
             if self.facts.trials_run != len(self.plan.trials) or int(message.get("trials", -1)) != self.plan.timing_trials:
                 raise ValueError("timing started out of turn")
-            self._phase = "timing"
-            self._begin, self._end, self._next_mark = {}, {}, ("b", 0)
-        elif kind in ("b", "e") and self._phase == "timing":
-            self.mark(kind, message.get("i"), item.at_ns)
-        elif kind == "timed" and self._phase == "timing":
+            self._loop("timing")
+        elif kind == "timed" and phase == "timing":
             self.timed(message)
         else:
-            raise ValueError(f"unexpected message {kind!r} while {self._phase}")
+            raise ValueError(f"unexpected message {kind!r} while {phase}")
         return False
 
-    def trial(self, message: dict[str, Any]) -> None:
+    def _loop(self, phase: str) -> None:
+        self._phase = phase
+        self._begin, self._end, self._next_mark = {}, {}, ("b", 0)
+
+    def attach(self, message: dict[str, Any]) -> None:
+        """The judge maps the job's channel (its process has run no candidate code yet)."""
+        describe = {k: v for k, v in message.items() if k != "t"}
+        self.judge.request({"t": "attach", "task": self.plan.task, "layout": self.plan.layout, "channel": describe,
+                            "folder": str(self.job.cwd), "checks": self.plan.timed_checks}, "attached")
+        self._attached = True
+        self.job.send({"t": "attached"})
+        self._loop("calibration")
+
+    def begin(self, index: Any) -> None:
+        """A call may begin: its inputs go into the channel first (from the judge's secret seed), then its begin is
+        stamped and answered."""
+        phase = self._phase
+        if phase == "trials":
+            if not isinstance(index, int) or index != self.facts.trials_run or index >= len(self.plan.trials) \
+                    or self._next_mark != ("b", index):
+                raise ValueError(f"trial {index} began out of order")
+            self.judge.call({"t": "prepare", "dist": self.plan.trials[index]}, "prepared")
+            self._next_mark = ("e", index)
+            self.job.send({"t": "ack", "k": "b", "i": index, "profile": index == self.plan.watched_trial})
+            return
+        self._mark("b", index)
+        limit = self.plan.calibration_calls if phase == "calibrating" else self.plan.timing_trials
+        if index >= limit:
+            raise ValueError("more timed calls than asked for")
+        if phase == "timing":
+            self.judge.call({"t": "prepare", "dist": "base"}, "prepared")
+        self._begin[index] = time.monotonic_ns()
+        self.job.send({"t": "ack", "k": "b", "i": index})
+
+    def end(self, message: dict[str, Any]) -> None:
+        index, phase = message.get("i"), self._phase
+        if phase == "trials":
+            self.trial_end(message)
+            return
+        self._mark("e", index)
+        at, _ = self.judge.call({"t": "capture", "mode": "sample" if phase == "timing" else "none"}, "captured")
+        self._end[index] = at
+
+    def _mark(self, kind: str, index: Any) -> None:
+        if (kind, index) != self._next_mark or not isinstance(index, int):
+            raise ValueError(f"timing mark {kind} {index} out of order")
+        self._next_mark = ("e", index) if kind == "b" else ("b", index + 1)
+
+    def calibrated(self, message: dict[str, Any]) -> None:
+        evidence = self._evidence(message, self.plan.calibration_calls)
+        self.overhead = measure_overhead(evidence)
+        self._phase = "trials"
+        self._next_mark = ("b", 0)
+        self.job.send({"t": "continue"})
+
+    def _evidence(self, message: dict[str, Any], n: int) -> TimingEvidence:
+        samples = message.get("samples")
+        if not isinstance(samples, list) or len(samples) != n or len(self._begin) != n or len(self._end) != n:
+            raise ValueError("the timed calls were not all reported")
+        return TimingEvidence([_number(x) for x in samples], [self._begin[i] for i in range(n)], [self._end[i] for i in range(n)])
+
+    def trial_end(self, message: dict[str, Any]) -> None:
         plan, facts = self.plan, self.facts
-        k = message.get("k")
-        if k != facts.trials_run:
-            raise ValueError(f"trial {k} reported out of order")
+        k = message.get("i")
+        if self._next_mark != ("e", k):
+            raise ValueError(f"trial {k} ended out of order")
+        self._next_mark = ("b", k + 1)
+        answer = self.judge.request({"t": "capture", "mode": "check", "constant_check": k == 0, "input_check": True}, "checked")
         self.observe(message, watched=k == plan.watched_trial)
         if self.facts.failure is not None:
             self.job.send({"t": "stop"})
             return
-        seed, dist = plan.trials[k]
-        answer = self.judge.request({"t": "check", "task": plan.task, "seed": seed, "dist": dist, "refs": message.get("refs"),
-                                     "folder": str(self.job.cwd), "constant_check": k == 0}, "checked")
+        dist = plan.trials[k]
         facts.trials_run += 1
+        if answer.get("input_mutation"):
+            self.violation("input_mutation", "the forward modified its inputs in place")
+            self.job.send({"t": "stop"})
+            return
         if answer.get("nearly_constant"):
             facts.warnings.append("reference output is nearly constant: this task cannot tell a constant answer from a kernel")
         if not answer.get("ref_finite", True):
@@ -314,30 +394,20 @@ class RunDriver:
             else:
                 self._kernel_ms = _number(message.get("kernel_ms", 0.0))
 
-    def mark(self, kind: str, index: Any, at_ns: int) -> None:
-        if (kind, index) != self._next_mark:
-            raise ValueError(f"timing mark {kind} {index} out of order")
-        (self._begin if kind == "b" else self._end)[index] = at_ns
-        self._next_mark = ("e", index) if kind == "b" else ("b", index + 1)
-
     def timed(self, message: dict[str, Any]) -> None:
+        """All timed calls ended: the judge compares the calls it drew, then the times are corroborated."""
         plan, facts = self.plan, self.facts
-        samples = message.get("samples")
-        if not isinstance(samples, list) or len(samples) != plan.timing_trials:
-            raise ValueError("the timed calls were not all reported")
-        samples = [_number(x) for x in samples]
-        spots = message.get("spots")
-        if not isinstance(spots, dict) or sorted(spots) != sorted(str(i) for i in plan.spot_trials):
-            raise ValueError("the spot-checked outputs were not reported")
-        evidence = TimingEvidence(samples, [self._begin.get(i, 0) for i in range(len(samples))],
-                                  [self._end.get(i, 0) for i in range(len(samples))])
-        if len(self._begin) != len(samples) or len(self._end) != len(samples):
-            evidence = TimingEvidence(samples, list(self._begin.values()), list(self._end.values()))
-        cycles = plan.backend == "cuda"
-        problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance, cycles)
-        if problem and plan.remeasure is not None and plan.overhead is not None:
-            plan.overhead = plan.remeasure()
-            problem = corroborate(evidence, plan.overhead, plan.slack_ms, plan.tolerance, cycles)
+        evidence = self._evidence(message, plan.timing_trials)
+        samples = evidence.reported_ms
+        answer = self.judge.request({"t": "verify"}, "checked")
+        if not answer.get("ok"):
+            call = answer.get("call")
+            which = f"timed call {call + 1}" if isinstance(call, int) else "a timed call"
+            self.fail(Failure(Status.INCORRECT, f"{which} returned a wrong result (work outside its timed window, a "
+                                                f"stale or cached output?): {answer.get('message', '')}"))
+            self.job.send({"t": "stop"})
+            return
+        problem = corroborate(evidence, self.overhead, plan.slack_ms, plan.tolerance)
         if problem and self._attempts < plan.timing_attempts - 1:
             self._attempts += 1
             self.facts.warnings.append(f"timed loop {self._attempts} disagreed with the evaluator's clock ({problem}); "
@@ -351,15 +421,6 @@ class RunDriver:
             self.violation("timing_mismatch", f"timing does not match the evaluator's clock: {problem}")
             self.job.send({"t": "stop"})
             return
-        for i in plan.spot_trials:
-            seed = plan.spot_seeds[i % len(plan.spot_seeds)]
-            answer = self.judge.request({"t": "check", "task": plan.task, "seed": seed, "dist": "base", "refs": spots[str(i)],
-                                         "folder": str(self.job.cwd), "constant_check": False}, "checked")
-            if not answer.get("ok"):
-                self.fail(Failure(Status.INCORRECT, f"timed call {i + 1} returned a wrong result (stale or cached output?): "
-                                                    f"{answer.get('message', '')}"))
-                self.job.send({"t": "stop"})
-                return
         facts.runtime_ms = statistics.median(samples)
         facts.runtime_stats = {"median_ms": facts.runtime_ms, "mean_ms": statistics.fmean(samples),
                                "std_ms": statistics.pstdev(samples), "min_ms": min(samples)}

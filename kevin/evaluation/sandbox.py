@@ -166,7 +166,7 @@ class HarnessJob:
         os.close(to_child_r)
         os.close(from_child_w)
         self._w = to_child_w
-        self.reader = protocol.LineReader(from_child_r, name="harness", ack_fd=to_child_w)
+        self.reader = protocol.LineReader(from_child_r, name="harness")
         self.out_tail, self.err_tail = Tail(self.proc.stdout), Tail(self.proc.stderr)
         self.started_at = time.monotonic()
         self.limit_hit = ""
@@ -178,9 +178,9 @@ class HarnessJob:
         except (BrokenPipeError, OSError):  # the process is gone: the reader reports the end
             pass
 
-    def start(self) -> None:
+    def start(self, extra: dict[str, Any] | None = None) -> None:
         """Hand the job its turn (gated jobs wait for this before any candidate code)."""
-        self.send({"t": "start", "token": self.token})
+        self.send({**(extra or {}), "t": "start", "token": self.token})
 
     def next(self, deadline: float) -> protocol.Received | None:
         """The next message, or None at the deadline or when a limit was hit (``limit_hit`` says which)."""
@@ -234,9 +234,9 @@ class HarnessJob:
             self.cgroup.kill_all()
             self.cgroup.remove()
             self.cgroup = None
-        # The reader answers timing marks on our write end: close it only once the reader has seen the end
-        # of the pipe, so an answer can never go to a reused descriptor (if something outside the process
-        # group still holds the pipe, the descriptor is left open rather than risk that).
+        # Close our write end only once the reader has seen the end of the pipe, so a late message can never go
+        # to a reused descriptor (if something outside the process group still holds the pipe, the descriptor is
+        # left open rather than risk that).
         reader = getattr(self, "reader", None)
         if reader is None or reader.join(timeout=5):
             try:

@@ -1,14 +1,16 @@
 """Timing protocol, shared by candidates and the PyTorch eager baseline so speedups compare like with like.
 
-Per timed call: refresh the inputs' contents in place (so an output cached by input pointer or shape
-is stale), flush the last-level cache, synchronise the whole device, time the call, synchronise the
-whole device again (work the candidate pushed to side streams is counted), stop the clock.
-CUDA uses events; the cpu backend uses the monotonic clock. The reported figure is the median.
+Per timed call: fresh input values, the last-level cache flushed, the whole device synchronised, the call
+timed, the whole device synchronised again (work the candidate pushed to side streams is counted), the
+clock stopped. CUDA uses events; the cpu backend uses the monotonic clock. The reported figure is the median.
 
-``mark`` (optional) tells the evaluator when each call begins and ends: ``mark("b", i)`` just before the
-clock starts (it returns once the evaluator has stamped it with its own clock) and ``mark("e", i)``
-just after the clock stops. The evaluator compares the times reported here with its own stamps
-(verdict.py), so a process that reports times shorter than the calls took is caught from outside.
+- ``time_callable`` (the judge's baselines): the inputs are refreshed in place from a few sources and the
+  cache is flushed by this process.
+- ``channel_calls`` (a candidate's timed calls, in its own process): the judge writes every call's inputs into
+  the channel from a fresh secret seed and flushes the cache before it answers the call's begin mark, and
+  copies the outputs out when the end mark arrives (channel.py). Here the call runs between the two marks,
+  its outputs are put into the channel, and the times this process measured are reported; the evaluator
+  accepts them only where its own stamps agree (verdict.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ class TimingResult:
     min_ms: float
     trials: int
     samples_ms: list[float] = field(default_factory=list)
-    spot_outputs: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
 
 def _sync(device: torch.device) -> None:
@@ -51,15 +52,8 @@ def time_callable(
     warmup: int,
     trials: int,
     flush_bytes: int,
-    spot_trials: Sequence[int] = (),
-    snapshot: Callable[[Any], list[torch.Tensor]] | None = None,
-    mark: Callable[[str, int], None] | None = None,
 ) -> TimingResult:
-    """Time ``fn(*inputs)``; before call i the inputs are overwritten with ``sources[i % len(sources)]``.
-
-    ``spot_trials``: indices of timed calls whose outputs are snapshotted (outside the timed region)
-    for a later correctness spot-check against the reference on ``sources[i % len(sources)]``.
-    """
+    """Time ``fn(*inputs)``; before call i the inputs are overwritten with ``sources[i % len(sources)]``."""
     flush = torch.empty(max(flush_bytes // 4, 1), dtype=torch.float32, device=device) if flush_bytes else None
 
     def refresh(i: int) -> None:
@@ -73,8 +67,6 @@ def time_callable(
     _sync(device)
 
     samples: list[float] = []
-    spots: dict[int, list[torch.Tensor]] = {}
-    wanted = set(spot_trials)
     use_events = device.type == "cuda"
     start_event = _CudaEvent(enable_timing=True) if use_events else None
     end_event = _CudaEvent(enable_timing=True) if use_events else None
@@ -83,8 +75,6 @@ def time_callable(
         if flush is not None:
             flush.fill_(float(i))
         _sync(device)
-        if mark is not None:
-            mark("b", i)
         if use_events:
             start_event.record()
             out = fn(*inputs)
@@ -96,10 +86,6 @@ def time_callable(
             t0 = _perf_counter_ns()
             out = fn(*inputs)
             samples.append((_perf_counter_ns() - t0) / 1e6)
-        if mark is not None:
-            mark("e", i)
-        if i in wanted and snapshot is not None:
-            spots[i] = snapshot(out)
         del out
     return TimingResult(
         median_ms=statistics.median(samples),
@@ -108,5 +94,45 @@ def time_callable(
         min_ms=min(samples),
         trials=trials,
         samples_ms=samples,
-        spot_outputs=spots,
     )
+
+
+def channel_calls(fn: Callable[..., Any], channel: Any, device: torch.device, warmup: int, trials: int,
+                  begin: Callable[[int], None], end: Callable[[int], None],
+                  check: Callable[[Any], str] | None = None) -> list[float]:
+    """Time ``trials`` calls of ``fn`` on the channel's inputs (a ``channel.HarnessChannel``); the samples in ms.
+
+    ``begin(i)`` returns once the judge has written call i's inputs (the evaluator answered the begin mark);
+    ``end(i)`` sends the end mark, after the outputs are in the channel. ``check(out)`` says why an output cannot
+    be handed over ('' if it can); a problem raises ``ValueError``. The warm-up calls run on whatever the channel
+    holds (the last trial's inputs): nothing about them is checked or timed.
+    """
+    for _ in range(warmup):
+        fn(*channel.inputs)
+    _sync(device)
+    samples: list[float] = []
+    use_events = device.type == "cuda"
+    start_event = _CudaEvent(enable_timing=True) if use_events else None
+    end_event = _CudaEvent(enable_timing=True) if use_events else None
+    for i in range(trials):
+        begin(i)
+        channel.stage_in()
+        if use_events:
+            start_event.record()
+            out = fn(*channel.inputs)
+            _cuda_synchronize(device)
+            end_event.record()
+            end_event.synchronize()
+            samples.append(start_event.elapsed_time(end_event))
+        else:
+            t0 = _perf_counter_ns()
+            out = fn(*channel.inputs)
+            samples.append((_perf_counter_ns() - t0) / 1e6)
+        problem = check(out) if check is not None else ""
+        outputs = list(out) if isinstance(out, (tuple, list)) else [out]
+        problem = problem or channel.put(outputs)
+        if problem:
+            raise ValueError(problem)
+        del out, outputs
+        end(i)
+    return samples

@@ -4,25 +4,22 @@ Correctness comes only from the judge's comparisons (judge.py); a candidate's pr
 failure of its own (a crash, a rule broken at run time) but never a success. Timing is the candidate's
 own measurement, accepted only when the evaluator's clock agrees with it:
 
-- every timed call is bracketed by a begin mark, which the evaluator stamps and answers before the call
-  may start, and an end mark (timing.py). The reported time of a call cannot be longer than the time
-  between its two stamps, so the reported total cannot exceed what the evaluator saw pass;
-- the window between the stamps holds the call and a fixed cost (the answer to the begin mark, the clock
-  reads, the end mark). The judge measures that cost with the same protocol, on the same task and
-  device, around an empty call (``Overhead``). A process that reports a call as shorter than it was
-  leaves the difference in the window, and is flagged when it exceeds the allowed slack;
-- a process can still send its end mark early and do the work after it. So on cuda the evaluator also
-  looks at whole cycles, begin stamp to the next begin stamp: the call plus the harness's work between
-  calls (refreshing the inputs, flushing the cache). That work is slower after a call that left much
-  memory dirty, so this check allows more (``CYCLE_FACTOR`` times the window's allowance). On the cpu
-  backend the same effect is of the order of the call itself (the flush writes back what the call left in
-  the caches, on the same cores), so there the cycles are not checked: an honest kernel would be flagged;
+- every call's inputs are written into the channel by the judge just before the evaluator stamps and
+  answers its begin mark, and its outputs are copied out by the judge when its end mark arrives; the end
+  stamp is taken when that copy is done (channel.py, runs.py). Whatever the process does for a call, the
+  call's own work included, lies between the two stamps: before them the inputs did not exist, after
+  them the outputs were taken;
+- the reported time of a call cannot be longer than the time between its stamps, so the reported total
+  cannot exceed what the evaluator saw pass;
+- the window between the stamps holds the call and a fixed cost (the answer to the begin mark, putting
+  the outputs into the channel, the end mark, the judge's copy). The same process measures that cost
+  before any candidate code is loaded, with timed calls of an empty forward (``Overhead``). A process that
+  reports a call as shorter than it was leaves the difference in the window, and is flagged when it
+  exceeds the allowed slack;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
   call time.
-What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``;
-more on the cpu backend, where cache effects are larger), and the profiler's own records, which the
-candidate's process produces. Native code in the candidate's process controls everything that process
-measures; these checks bound how far its reports can stray from what the evaluator sees from outside.
+What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``),
+and the profiler's own records, which the candidate's process produces.
 """
 
 from __future__ import annotations
@@ -39,13 +36,9 @@ class TimingEvidence:
 
     reported_ms: list[float]
     begin_ns: list[int]
-    """Evaluator's stamp of each call's begin mark."""
+    """Evaluator's stamp of each call's begin (when its begin mark was answered, the inputs in place)."""
     end_ns: list[int]
-    """Evaluator's stamp of each call's end mark."""
-
-
-CYCLE_FACTOR = 4.0
-"""How much more the cycle check allows than the window check (cache effects between calls)."""
+    """Evaluator's stamp of each call's end (when the judge had copied its outputs out of the channel)."""
 
 
 @dataclass(frozen=True)
@@ -54,19 +47,11 @@ class Overhead:
 
     window_ms: float
     """Low quantile (``low``) of (end stamp - begin stamp) - reported time."""
-    cycle_ms: float
-    """Low quantile of (next begin stamp - begin stamp) - reported time."""
 
 
 def window_excess_ms(evidence: TimingEvidence) -> list[float]:
     """For each call: (its end stamp - its begin stamp) - its reported time."""
     return [(e - b) / 1e6 - r for b, e, r in zip(evidence.begin_ns, evidence.end_ns, evidence.reported_ms)]
-
-
-def cycle_excess_ms(evidence: TimingEvidence) -> list[float]:
-    """For each call but the last: (begin stamp of the next call - its own begin stamp) - its reported time."""
-    b, r = evidence.begin_ns, evidence.reported_ms
-    return [(b[i + 1] - b[i]) / 1e6 - r[i] for i in range(len(b) - 1)]
 
 
 def low(values: list[float]) -> float:
@@ -81,15 +66,13 @@ def low(values: list[float]) -> float:
 
 def measure_overhead(evidence: TimingEvidence) -> Overhead:
     """The ``Overhead`` of a run of the protocol around an empty call."""
-    return Overhead(low(window_excess_ms(evidence)), low(cycle_excess_ms(evidence)))
+    return Overhead(low(window_excess_ms(evidence)))
 
 
-def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float,
-                check_cycles: bool = True) -> str:
+def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:
     """'' when the reported times agree with the evaluator's clock, else what disagrees.
 
-    ``overhead``: measured by the judge on the same task and device (None: only the hard bound is checked).
-    ``check_cycles``: also compare whole cycles (cuda; see the module's docstring for why not on cpu).
+    ``overhead``: the calibration of the same process (None: only the hard bound is checked).
     """
     n = len(evidence.reported_ms)
     if n == 0:
@@ -110,10 +93,6 @@ def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: f
     if extra > allowance:
         return (f"the timed calls report {median_call:.4f} ms each, but each took {extra:.4f} ms more than that between "
                 f"its marks by the evaluator's clock (allowed {allowance:.4f} ms)")
-    extra = low(cycle_excess_ms(evidence)) - overhead.cycle_ms
-    if check_cycles and extra > CYCLE_FACTOR * allowance:
-        return (f"the timed calls report {median_call:.4f} ms each, but each cycle of the timing loop took {extra:.4f} ms "
-                f"more than the protocol itself by the evaluator's clock (allowed {CYCLE_FACTOR * allowance:.4f} ms)")
     return ""
 
 

@@ -58,6 +58,52 @@ torch::Tensor relu_forward(torch::Tensor x) {
 """
 
 
+EMPTY_TIMED_REGIONS = """
+import kevin.evaluation.timing as _t
+def _regions(fn, channel, device, warmup, trials, begin, end, check=None):
+    samples = []
+    for i in range(trials):
+        begin(i)
+        end(i)
+        out = fn(*channel.inputs)
+        channel.put(list(out) if isinstance(out, (tuple, list)) else [out])
+        samples.append(0.001)
+    return samples
+_t.channel_calls = _regions
+"""
+"""Every timed region empty; each call computed after its end mark."""
+
+READ_CHECK_PLAN = """
+import json, sys
+import kevin.evaluation.timing as _t
+_job = json.load(open(sys.argv[1]))
+_plan = {int(i) for key, value in _job.items() if 'spot' in key or 'check' in key
+         for i in (value if isinstance(value, list) else []) if isinstance(i, int)}
+_orig = _t.channel_calls
+def _lazy(fn, channel, device, warmup, trials, begin, end, check=None):
+    n = [0]
+    def cheap(*args):
+        i = n[0] - warmup
+        n[0] += 1
+        return fn(*args) if i < 0 or i in _plan else args[0].clone()
+    return _orig(cheap, channel, device, warmup, trials, begin, end, check)
+_t.channel_calls = _lazy
+"""
+"""Compute only the timed calls a plan read from the job's files names (none can be found there now)."""
+
+WORK_IN_HANDOVER = """
+import torch
+import kevin.evaluation.channel as _c
+_put = _c.HarnessChannel.put
+def _late(self, outputs):
+    for _ in range(40):
+        done = [torch.relu(o) for o in outputs]
+    return _put(self, done)
+_c.HarnessChannel.put = _late
+"""
+"""The forward's real work done while its outputs are handed over."""
+
+
 def native(python: str) -> str:
     return PYTHON_FROM_NATIVE % python
 
@@ -79,6 +125,17 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
         "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n"
     baselines = f"{cache_dir}/baselines.json"
     return {
+        # The timed loop replaced: every begin/end pair wraps an empty region and the real call runs after its end
+        # mark. The judge took the outputs at the end mark, so every timed call it compares is stale.
+        "native_empty_timed_regions": (c(native(NO_INTEGRITY + EMPTY_TIMED_REGIONS) + body, name="h_regions"), {"incorrect"}),
+        # A check plan looked for in the job's own files (the old harness found the spot-checked calls there) and
+        # only those calls computed; the others return a copy of the input. The plan exists only in the judge now.
+        "native_read_check_plan": (c(native(NO_INTEGRITY + READ_CHECK_PLAN) + body, name="h_plan"), {"incorrect"}),
+        # Work moved into the hand-over: the forward returns an uncomputed copy and the compute runs while the
+        # harness puts the outputs into the channel, outside the process's own clock but inside the evaluator's
+        # window, so the reported times disagree with it.
+        "native_work_in_handover": (c(native(NO_INTEGRITY + WORK_IN_HANDOVER) + copy_body, name="h_handover"),
+                                    {"rule_violation"}),
         # Interpreter objects rewritten in place: the comparison no longer runs in this process.
         "native_tamper_allclose": (c(native(NO_INTEGRITY + "import torch\ntorch.allclose = lambda *a, **k: True\n"
                                             "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: a == a\n")

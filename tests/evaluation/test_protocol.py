@@ -9,21 +9,16 @@ import pytest
 import torch
 
 from kevin.evaluation import protocol
-from kevin.evaluation.transfer import Exporter, Importer
+from kevin.evaluation.channel import FILE_NAME, HarnessChannel, JudgeChannel, Layout
 
 
-def test_lines_are_stamped_parsed_and_timing_marks_answered_at_once():
+def test_lines_are_stamped_and_parsed():
     r, w = os.pipe()
-    ack_r, ack_w = os.pipe()
-    reader = protocol.LineReader(r, ack_fd=ack_w)
+    reader = protocol.LineReader(r)
     before = time.monotonic_ns()
     protocol.send(w, {"t": "b", "i": 3})
     item = reader.get(5)
     assert item.message == {"t": "b", "i": 3} and item.at_ns >= before
-    acks = protocol.blocking_lines(ack_r)
-    assert next(acks) == {"t": "ack", "k": "b", "i": 3}
-    protocol.send(w, {"t": "e", "i": 3})
-    assert reader.get(5).message == {"t": "e", "i": 3} and next(acks) == {"t": "ack", "k": "e", "i": 3}
     os.write(w, b"not json\n[1, 2]\n" + b'{"t": "x"}\n')
     assert "not JSON" in reader.get(5).error
     assert "not a message" in reader.get(5).error
@@ -31,7 +26,6 @@ def test_lines_are_stamped_parsed_and_timing_marks_answered_at_once():
     os.close(w)
     assert reader.get(5).error == "closed" and reader.get(5).error == "closed"  # the end is seen again and again
     assert reader.join(5)
-    os.close(ack_w)
 
 
 def test_a_line_longer_than_the_limit_is_refused_without_reading_it_all_into_one_message():
@@ -52,67 +46,93 @@ def test_a_line_longer_than_the_limit_is_refused_without_reading_it_all_into_one
     assert "longer than" in errors[0] and errors[1] == "closed"
 
 
-def test_an_answer_to_a_forged_begin_mark_carries_only_its_index():
-    r, w = os.pipe()
-    ack_r, ack_w = os.pipe()
-    reader = protocol.LineReader(r, ack_fd=ack_w)
-    protocol.send(w, {"t": "b", "i": "not an index"})
-    reader.get(5)
-    protocol.send(w, {"t": "b", "i": 1})
-    reader.get(5)
-    assert next(protocol.blocking_lines(ack_r)) == {"t": "ack", "k": "b", "i": 1}  # the malformed one got no answer
-    os.close(w)
-    os.close(ack_w)
+# ------------------------------------------------------------------------------------------- channel
 
 
-# ------------------------------------------------------------------------------------------ transfer
+LAYOUT_INPUTS = [torch.randn(3, 4), 7, torch.arange(6, dtype=torch.int64).reshape(2, 3), [1, 2]]
+LAYOUT_OUTPUTS = [torch.randn(5), torch.tensor(1.5, dtype=torch.bfloat16), torch.empty(0, 5)]
 
 
-@pytest.fixture
-def folder(tmp_path):
-    return tmp_path
+def test_a_layout_round_trips_and_places_tensors_at_aligned_offsets():
+    layout = Layout.of(LAYOUT_INPUTS, LAYOUT_OUTPUTS)
+    assert Layout.from_dict(layout.to_dict()) == layout
+    ins, outs, total = layout.offsets()
+    # 48 bytes -> 256; a value takes no room; 48 bytes -> 256; then the outputs: 20 -> 256, 2 -> 256, 0
+    assert ins == [0, None, 256, None] and outs == [512, 768, 1024] and total == 1024
+    with pytest.raises(ValueError, match="only tensors and plain values"):
+        Layout.of([object()], LAYOUT_OUTPUTS)
+    with pytest.raises(ValueError, match="known dtype"):
+        Layout.from_dict({"inputs": [{"tensor": {"dtype": "object", "shape": [1]}}], "outputs": []})
 
 
-def test_outputs_round_trip_through_files_bit_for_bit(folder):
-    outputs = [torch.randn(3, 4), torch.arange(6, dtype=torch.int64).reshape(2, 3), torch.tensor(1.5, dtype=torch.bfloat16),
-               torch.empty(0, 5)]
-    refs = Exporter(folder, torch.device("cpu"), "file").export(outputs, "trial0")
-    importer = Importer(folder, torch.device("cpu"))
-    for ref, want in zip(refs, outputs):
-        got = importer.read(ref, want.dtype, tuple(want.shape))
-        assert isinstance(got, torch.Tensor) and torch.equal(got, want) and got.dtype == want.dtype
+def test_inputs_and_outputs_go_through_a_shared_file_bit_for_bit(tmp_path):
+    layout = Layout.of(LAYOUT_INPUTS, LAYOUT_OUTPUTS)
+    cpu = torch.device("cpu")
+    mine = HarnessChannel(layout, cpu, "file", tmp_path)
+    judge = JudgeChannel(mine.describe, tmp_path, layout, cpu)
+    fresh = [torch.randn(3, 4), 7, torch.randint(0, 9, (2, 3)), [1, 2]]
+    judge.write_inputs(fresh)
+    assert torch.equal(mine.inputs[0], fresh[0]) and mine.inputs[1] == 7 and torch.equal(mine.inputs[2], fresh[2])
+    assert mine.inputs[3] == [1, 2]
+    assert judge.inputs_equal(fresh)
+    mine.inputs[0].add_(1.0)  # a call that writes its inputs is seen by the judge
+    assert not judge.inputs_equal(fresh)
+    outputs = [torch.randn(5), torch.tensor(-2.0, dtype=torch.bfloat16), torch.empty(0, 5)]
+    assert mine.put(outputs) == ""
+    got = [torch.empty_like(o) for o in outputs]
+    judge.copy_outputs(got)
+    assert all(torch.equal(g, o) for g, o in zip(got, outputs))
+    assert mine.put(outputs[:2]) == "returned 2 outputs, expected 3"
+    assert mine.put([torch.randn(4), *outputs[1:]]) == "output 0 has shape (4,), expected (5,)"
+    assert mine.put([outputs[0].double(), *outputs[1:]]) == "output 0 has dtype float64, expected float32"
+    with pytest.raises(ValueError, match="changed shape"):
+        judge.write_inputs([torch.randn(4, 3), 7, fresh[2], [1, 2]])
+    with pytest.raises(ValueError, match="plain value"):
+        judge.write_inputs([fresh[0], 8, fresh[2], [1, 2]])
+    judge.close()
 
 
-def test_groups_exported_together_each_read_back_their_own_values(folder):
-    groups = {"spot3": [torch.full((5,), 3.0)], "spot8": [torch.full((5,), 8.0), torch.arange(4)]}
-    refs = Exporter(folder, torch.device("cpu"), "file").export_groups(groups)
-    importer = Importer(folder, torch.device("cpu"))
-    assert sorted(refs) == ["spot3", "spot8"] and [len(r) for r in refs.values()] == [1, 2]
-    for tag, tensors in groups.items():
-        for ref, want in zip(refs[tag], tensors):
-            assert torch.equal(importer.read(ref, want.dtype, tuple(want.shape)), want)
+def test_the_judge_maps_no_link_and_no_file_of_another_size(tmp_path, tmp_path_factory):
+    layout = Layout.of(LAYOUT_INPUTS, LAYOUT_OUTPUTS)
+    cpu = torch.device("cpu")
+    elsewhere = tmp_path_factory.mktemp("elsewhere") / "secret.bin"
+    elsewhere.write_bytes(b"\0" * layout.total_bytes)
+    (tmp_path / FILE_NAME).symlink_to(elsewhere)
+    describe = {"kind": "file", "name": FILE_NAME, "size": layout.total_bytes}
+    with pytest.raises(OSError):  # O_NOFOLLOW
+        JudgeChannel(describe, tmp_path, layout, cpu)
+    (tmp_path / FILE_NAME).unlink()
+    (tmp_path / FILE_NAME).write_bytes(b"\0" * 8)
+    with pytest.raises(ValueError, match="announced size"):
+        JudgeChannel(describe, tmp_path, layout, cpu)
+    for bad in ({**describe, "size": 8}, {**describe, "name": "../x"}, {**describe, "kind": "shm"}):
+        with pytest.raises(ValueError):
+            JudgeChannel(bad, tmp_path, layout, cpu)
 
 
-def test_a_ref_is_checked_against_the_reference_before_anything_is_read(folder):
-    ref = Exporter(folder, torch.device("cpu"), "file").export([torch.randn(4)], "t")[0]
-    importer = Importer(folder, torch.device("cpu"))
-    assert importer.read(ref, torch.float64, (4,)) == "has dtype float32, expected float64"
-    assert importer.read(ref, torch.float32, (2, 2)) == "has shape (4,), expected (2, 2)"
-    assert "size does not match" in importer.read({**ref, "nbytes": 8}, torch.float32, (4,))
-    assert "not allowed" in importer.read({**ref, "name": "../outside.bin"}, torch.float32, (4,))
-    assert "no valid dtype" in importer.read({**ref, "dtype": "object"}, torch.float32, (4,))
-    assert "unknown kind" in importer.read({**ref, "kind": "shm"}, torch.float32, (4,))
+def _session(checks: int):
+    from kevin.evaluation.judge import _Session
+
+    class _Channel:
+        device = torch.device("cpu")
+        outputs = [torch.zeros(2)]
+
+    return _Session(None, None, _Channel(), checks)
 
 
-def test_an_output_file_that_is_a_link_or_of_the_wrong_size_is_not_read(folder, tmp_path_factory):
-    secret = tmp_path_factory.mktemp("elsewhere") / "secret.bin"
-    secret.write_bytes(b"\x00" * 16)
-    (folder / "trial0_0.bin").symlink_to(secret)
-    ref = {"kind": "file", "name": "trial0_0.bin", "dtype": "float32", "shape": [4], "nbytes": 16}
-    importer = Importer(folder, torch.device("cpu"))
-    assert "could not be opened" in importer.read(ref, torch.float32, (4,))  # O_NOFOLLOW
-    (folder / "short_0.bin").write_bytes(b"\x00" * 8)
-    assert "announced size" in importer.read({**ref, "name": "short_0.bin"}, torch.float32, (4,))
+def test_reservoir_sampling_keeps_each_timed_call_with_the_same_chance_and_allocates_nothing():
+    counts = [0] * 10
+    for _ in range(3000):
+        s = _session(2)
+        buffers = {id(s.incoming), *(id(b) for b in s.spare)}
+        for call in range(10):
+            s.sample(seed=call, dist="base")
+            assert {id(s.incoming), *(id(k[3]) for k in s.kept), *(id(b) for b in s.spare)} == buffers
+        assert len(s.kept) == 2 and len({k[0] for k in s.kept}) == 2 and all(k[1] == k[0] for k in s.kept)
+        for k in s.kept:
+            counts[k[0]] += 1
+    # each call kept with chance 2/10: 600 of 3000 (binomial sd ~22)
+    assert all(abs(c - 600) < 110 for c in counts), counts
 
 
 def test_a_baseline_is_the_fastest_rounds_median_and_a_broken_task_is_reported(monkeypatch):

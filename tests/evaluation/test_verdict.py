@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.evaluation.verdict import (CYCLE_FACTOR, Failure, Overhead, RunFacts, TimingEvidence, assemble, classify_kernels,
-                                      corroborate, cycle_excess_ms, kernel_time_problem, low, measure_overhead,
-                                      window_excess_ms)
+from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, assemble, classify_kernels, corroborate,
+                                      kernel_time_problem, low, measure_overhead, window_excess_ms)
 from kevin.records.evaluation import Status
 
 MS = 1_000_000  # ns
@@ -25,10 +24,9 @@ def evidence(reported: list[float], window: list[float], gap: float) -> TimingEv
 
 def test_excesses_by_hand():
     ev = evidence([1.0, 2.0, 1.5], [1.25, 2.5, 1.75], gap=3.0)
-    # windows - reported = 0.25, 0.5, 0.25; cycles = window + 3 -> 4.25, 5.5 minus reported -> 3.25, 3.5
+    # windows - reported = 0.25, 0.5, 0.25; the low quantile of three is the smallest
     assert window_excess_ms(ev) == pytest.approx([0.25, 0.5, 0.25])
-    assert cycle_excess_ms(ev) == pytest.approx([3.25, 3.5])
-    assert measure_overhead(ev) == Overhead(window_ms=pytest.approx(0.25), cycle_ms=pytest.approx(3.25))
+    assert measure_overhead(ev) == Overhead(window_ms=pytest.approx(0.25))
 
 
 def test_low_is_the_tenth_percentile_from_below():
@@ -39,28 +37,19 @@ def test_low_is_the_tenth_percentile_from_below():
 
 
 def test_honest_times_agree():
-    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
+    overhead = Overhead(window_ms=0.2)
     ev = evidence([1.0] * 20, [1.2] * 20, gap=2.0)  # window excess 0.2 = overhead, cycle excess 2.2 - 0.0 ... = 2.2
     assert corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2) == ""
 
 
 def test_times_reported_shorter_than_the_marks_are_flagged():
-    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
+    overhead = Overhead(window_ms=0.2)
     # reported 0.5 ms, marks 1.2 ms apart: 0.7 excess - 0.2 overhead = 0.5 > 0.1 + 0.2 * 0.5 = 0.2
     ev = evidence([0.5] * 20, [1.2] * 20, gap=2.0)
     problem = corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2)
     assert "0.5000 ms more" in problem and "allowed 0.2000 ms" in problem
     # the same 0.3 ms shortfall on a 10 ms call is within 0.1 + 0.2 * 10
     assert corroborate(evidence([10.0] * 20, [10.5] * 20, gap=2.0), overhead, slack_ms=0.1, tolerance=0.2) == ""
-
-
-def test_work_moved_after_the_end_mark_shows_in_the_cycles():
-    overhead = Overhead(window_ms=0.2, cycle_ms=2.0)
-    # honest windows, but every cycle 3 ms longer than the protocol: allowed CYCLE_FACTOR * (0.1 + 0.2 * 1) = 1.2
-    ev = evidence([1.0] * 20, [1.2] * 20, gap=2.0 + 3.0)
-    assert CYCLE_FACTOR * (0.1 + 0.2 * 1.0) == pytest.approx(1.2)
-    assert "each cycle" in corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2)
-    assert corroborate(ev, overhead, slack_ms=0.1, tolerance=0.2, check_cycles=False) == ""  # cpu
 
 
 def test_a_reported_total_beyond_the_evaluators_clock_is_flagged():
@@ -82,7 +71,7 @@ def test_a_few_delayed_stamps_do_not_flag_an_honest_kernel():
     # 20 calls of 1 ms; 15 of them stamped late by 2 ms (a busy machine): the low quantile ignores them
     window = [1.2] * 5 + [3.2] * 15
     ev = evidence([1.0] * 20, window, gap=2.0)
-    assert corroborate(ev, Overhead(0.2, 2.0), 0.1, 0.2, check_cycles=False) == ""
+    assert corroborate(ev, Overhead(0.2), 0.1, 0.2) == ""
 
 
 def test_profiled_kernels_longer_than_the_reported_call_are_flagged():
@@ -116,17 +105,3 @@ def test_a_failure_wins_over_anything_reported():
                      runtime_ms=1.0, timed=True)
     r = assemble("t", "c", "cpu", facts, 3.0, 5, 10.0)
     assert r.status is Status.INCORRECT and not r.correct and r.error.startswith("trial 2")
-
-
-def test_spot_checked_timed_calls_cover_every_timing_input():
-    """One call of each input: an output cached on the first call matches one input's reference, never both."""
-    import random
-
-    from kevin.evaluation.runs import draw_spot_trials
-
-    rng = random.Random(0)
-    draws = [draw_spot_trials(100, 2, rng) for _ in range(200)]
-    assert all(d == sorted(d) and sorted(i % 2 for i in d) == [0, 1] and 0 <= min(d) and max(d) < 100 for d in draws)
-    assert len({tuple(d) for d in draws}) > 150  # still drawn at random, not fixed calls a candidate could expect
-    assert draw_spot_trials(1, 2, rng) == [0]
-    assert draw_spot_trials(3, 2, random.Random(1)) in ([0, 1], [1, 2])

@@ -128,40 +128,50 @@ def test_reference_against_reference_speedup_is_one(evaluator):
     assert 0.95 <= geomean <= 1.05
 
 
-_IPC_EXPORTER = r"""
+_IPC_CANDIDATE = r"""
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 from pathlib import Path
-from kevin.evaluation.transfer import Exporter
+from kevin.evaluation.channel import HarnessChannel, Layout
 device = torch.device("cuda:0")
-scratch = [torch.empty(1 << 22, device=device) for _ in range(4)]  # a cached segment for the buffers to come from
+layout = Layout.from_dict(json.loads(sys.argv[2]))
+scratch = [torch.empty(1 << 22, device=device) for _ in range(4)]  # a cached segment for the buffer to come from
 del scratch
-ex = Exporter(Path("."), device, "ipc")
-groups = {f"spot{i}": [torch.full((1 << 20,), float(i), device=device), torch.arange(7, device=device) * i] for i in (2, 5, 9)}
-print(json.dumps(ex.export_groups(groups)), flush=True)
-sys.stdin.readline()  # the buffer lives until the judge has read it
+channel = HarnessChannel(layout, device, "ipc", Path("."))
+print(json.dumps(channel.describe), flush=True)
+for line in sys.stdin:  # each line: one call on the inputs the judge wrote
+    if not line.strip():
+        break
+    x, = channel.inputs
+    print(channel.put([x * 2.0, torch.arange(7, device=device) * int(line)]) or "put", flush=True)
 """
 
 
-def test_spot_outputs_exported_together_reach_the_judge_each_with_its_own_values(tmp_path):
-    """The timed calls' spot checks: every group keeps its own memory until the judge has read all of them
-    (one export per group let the caching allocator hand a freed buffer to the next group)."""
-    from kevin.evaluation.transfer import Exporter, Importer
+def test_the_channel_carries_inputs_and_outputs_between_processes_over_cuda_ipc(tmp_path):
+    """The judge writes a call's inputs into the candidate's buffer and reads its outputs back, call after call."""
+    from kevin.evaluation.channel import JudgeChannel, Layout
+    from kevin.evaluation.transfer import ipc_probe
 
     device = torch.device("cuda:0")
-    if Exporter.probe(device):
+    if ipc_probe(device):
         pytest.skip("no CUDA IPC here")
-    child = subprocess.Popen([sys.executable, "-c", _IPC_EXPORTER, str(Path(__file__).resolve().parents[2])],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    layout = Layout.of([torch.empty(1 << 20, device=device)], [torch.empty(1 << 20, device=device),
+                                                               torch.empty(7, dtype=torch.int64, device=device)])
+    child = subprocess.Popen([sys.executable, "-c", _IPC_CANDIDATE, str(Path(__file__).resolve().parents[2]),
+                              json.dumps(layout.to_dict())], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        refs = json.loads(child.stdout.readline())
-        torch.empty(1, device=device)
-        importer = Importer(tmp_path, device)
+        judge = JudgeChannel(json.loads(child.stdout.readline()), tmp_path, layout, device)
         for i in (2, 5, 9):
-            big, small = refs[f"spot{i}"]
-            assert torch.equal(importer.read(big, torch.float32, (1 << 20,)), torch.full((1 << 20,), float(i), device=device))
-            assert torch.equal(importer.read(small, torch.int64, (7,)), torch.arange(7, device=device) * i)
-        importer.close()
+            x = torch.randn(1 << 20, device=device)
+            judge.write_inputs([x])
+            torch.cuda.synchronize(device)
+            child.stdin.write(f"{i}\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "put"
+            got = [torch.empty(1 << 20, device=device), torch.empty(7, dtype=torch.int64, device=device)]
+            judge.copy_outputs(got)
+            assert torch.equal(got[0], x * 2.0) and torch.equal(got[1], torch.arange(7, device=device) * i)
+        judge.close()
     finally:
         child.stdin.write("\n")
         child.stdin.flush()
