@@ -19,7 +19,14 @@
 #                typing-inspection, for Python 3.12); carry=["external/KernelBench", ".whl"]
 #   PART=speed   generation and update speed (scripts/gpu_speed.sh)
 #   PART=tests   every gpu-marked test (evaluation, policy, training)
+#   Every PART installs the wheels carried in .whl first (capstone for the evaluator's disassembly of candidate
+#   builds, which the device image lacks: `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12
+#   --platform manylinux2014_x86_64 -d .whl capstone==5.0.9`; carry=[".whl"]).
 set -uo pipefail
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" KEVIN_COMPILE_WORKERS=${WORKERS:-0}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 date -u; nvidia-smi -L; nproc; uname -r; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
@@ -53,10 +60,6 @@ case "${PART:-judge}" in
       python3 -m pytest -q -m gpu "${tests[@]}" -p no:cacheprovider -rA --durations=5 2>&1 \
       | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -40 ;;
   kernelbench)
-    if ls .whl/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-    fi
     timeout ${T:-540} python3 benchmarks/bench_vs_kernelbench.py --kernelbench external/KernelBench --n ${N:-16} \
       --out "$OUT/bench_vs_kernelbench.md" 2>&1 | grep -v '━' | tail -40 ;;
   speed)

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from kevin.evaluation.builder import BUILDER_VERSION, MAX_COMPILE_JOBS, Toolchain, ensure_headers, kernel_names, prepare_headers
+from kevin.evaluation.builder import (BUILDER_VERSION, MAX_COMPILE_JOBS, REGISTRATION_MARKER, Toolchain, ensure_glue,
+                                      ensure_headers, kernel_names, prepare_headers)
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
@@ -178,7 +179,7 @@ class Compiled:
     warnings: list[str] = field(default_factory=list)
 
 
-_REGISTRATION = "\nTORCH_LIBRARY("
+_REGISTRATION = "\n" + REGISTRATION_MARKER
 
 
 def _candidate_text(source_file: Path) -> str:
@@ -278,6 +279,9 @@ class Evaluator:
                 note = prepare_headers(toolchain) if self.config.use_pch else ""
                 if not self.config.use_pch:
                     ensure_headers(pch_dir, toolchain.include_dirs)
+                    glue = ensure_glue(toolchain)  # every library links it, precompiled header or not
+                    if glue:
+                        raise RuntimeError(glue)
                 if note:
                     _log.warning("%s (compiles will be slower)", note)
                 self._toolchain = toolchain
@@ -563,7 +567,7 @@ class Evaluator:
         plan = RunPlan(task=self._task_spec(task), trials=[DISTRIBUTIONS[k % len(DISTRIBUTIONS)] for k in range(cfg.correctness_trials)],
                        timing_trials=cfg.timing_trials, watched_trial=secrets.randbelow(cfg.correctness_trials),
                        own_kernels=compiled.kernels, allowed_ops=list(cfg.allowed_runtime_ops), backend=cfg.backend,
-                       timeout_s=cfg.timeout_s, timed_checks=cfg.timed_checks, calibration_calls=cfg.calibration_calls,
+                       timeout_s=cfg.timeout_s, timed_checks=min(cfg.timed_checks, cfg.timing_trials), calibration_calls=cfg.calibration_calls,
                        slack_ms=cfg.resolved_clock_slack_ms, tolerance=cfg.clock_tolerance)
         job = {"mode": "run", "task_id": task.task_id, "task_source": plan.task["source"], "config": cfg.to_dict(),
                "device": device, "toolchain": self.toolchain().to_dict(), "ext_dir": str(compiled.ext_dir),

@@ -121,7 +121,7 @@ class InlineLoader:
 
     def _check(self, req: ExtensionRequest) -> None:
         hits = cpp_rule_hits(list(req.cpp_sources) + list(req.cuda_sources), self.rules)
-        hits += flag_hits([*req.extra_cflags, *req.extra_cuda_cflags, *req.extra_ldflags], self.rules)
+        hits += flag_hits([*req.extra_cflags, *req.extra_cuda_cflags, *req.extra_ldflags], self.rules, words=True)
         if req.cuda_sources and self.backend != "cuda":
             hits.append(RuleHit("inline_kernel_required", "CUDA sources on the cpu backend: write C++ for the cpu backend"))
         if hits:

@@ -16,7 +16,7 @@ between fork and exec can deadlock). The parent prepares what needs privileges o
 | environment allow-list (sandbox.py) | secrets in environment variables | secrets in readable files outside Landlock | n/a |
 | separate user | not done: candidates run as the evaluator's user (root on the lent machines); Landlock and the namespace contain them | | |
 | sibling processes (other candidates' compile jobs, run processes waiting for their turn) | with Landlock (ABI >= 6): signals, ptrace and /proc of processes outside the candidate's own domain | without Landlock (a kernel older than 5.13, or `filesystem: off`), a root candidate can signal or trace siblings: a waiting run process that dies before its turn is started again, and a forged hand-over (no job token) is refused, but memory tampering is not prevented | |
-| seccomp deny-list (`apply_seccomp`), both backends | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm; 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning |
+| seccomp deny-list (`apply_seccomp`), both backends | system calls that act on other processes or on the machine, answered EPERM: ptrace, process_vm_readv/writev, pidfd_getfd (reading or writing a sibling's memory or files, also as root without Landlock), mount and the new mount API, unshare/setns, module loading, kexec, reboot, swap, bpf, keyrings, userfaultfd, clock setting, iopl/ioperm, file handles (name_to_handle_at/open_by_handle_at), kcmp, the kernel log, perf_event_open, io_uring (its calls would bypass the filter), modify_ldt, process_madvise/migrate_pages/move_pages; personality() other than a query or plain Linux (READ_IMPLIES_EXEC would make the heap executable); 32-bit and x32 system calls on x86-64 (the classic way around a filter) | kill/tgkill (Landlock's signal scope covers those), anything not on the list; it is a deny-list, not an allow-list, so honest code keeps working | a warning |
 """
 
 from __future__ import annotations
@@ -210,11 +210,25 @@ _DENIED_SYSCALLS = {
     "userfaultfd": (323, 282), "open_by_handle_at": (304, 265), "acct": (163, 89), "quotactl": (179, 60),
     "settimeofday": (164, 170), "clock_settime": (227, 112), "clock_adjtime": (305, 266), "adjtimex": (159, 171),
     "sethostname": (170, 161), "setdomainname": (171, 162), "iopl": (172, None), "ioperm": (173, None),
+    # Reading other processes or the kernel: file handles (a path-free way into any file), comparing another
+    # process's resources, the kernel log, hardware counters (also a clock), advice on another's memory.
+    "name_to_handle_at": (303, 264), "kcmp": (312, 272), "syslog": (103, 116), "perf_event_open": (298, 241),
+    "process_madvise": (440, 440), "process_mrelease": (448, 448), "lookup_dcookie": (212, 18),
+    "fanotify_init": (300, 262), "migrate_pages": (256, 238), "move_pages": (279, 239),
+    # io_uring performs system calls from a kernel queue, where a filter on the calling thread never sees them.
+    "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
+    # Old or segment-level interfaces: 16/32-bit code segments (modify_ldt), libraries loaded by the kernel.
+    "modify_ldt": (154, None), "uselib": (134, None), "vhangup": (153, 58), "nfsservctl": (180, 42),
 }
+# System calls allowed only with these first arguments. personality() asked for the current persona (0xffffffff)
+# or for plain Linux (0) is harmless; any other persona is refused, READ_IMPLIES_EXEC above all (every later
+# readable mapping, the heap included, would be executable: code written as data would run).
+_ARG0_ALLOWED = {"personality": ((135, 92), (0xFFFFFFFF, 0))}
 _SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 _X32_BIT = 0x40000000
 _BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_ARG0_LOW = 16  # seccomp_data: nr (4), arch (4), instruction pointer (8), then args[0]; its low word on little-endian
 _EPERM = 1
 
 
@@ -228,19 +242,38 @@ class _SockFprog(ctypes.Structure):
 
 def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     """The classic-BPF filter as (code, jt, jf, k): EPERM for the deny-list, for other architectures' system
-    calls and (x86-64) for x32 numbers; everything else allowed. Pure, so it can be checked by hand."""
+    calls and (x86-64) for x32 numbers, and for the listed calls with a first argument not on their list;
+    everything else allowed. Pure, so it can be checked by hand."""
     column = {"x86_64": 0, "aarch64": 1}[machine]
     numbers = sorted({nr[column] for nr in _DENIED_SYSCALLS.values() if nr[column] is not None})
     checks: list[tuple[int, int]] = [(_BPF_JEQ_K, n) for n in numbers]
     if machine == "x86_64":
         checks.insert(0, (_BPF_JGE_K, _X32_BIT))
-    # Layout: [ld arch, jeq arch, ld nr, checks..., ret allow, ret deny]; jumps are relative to the next one.
-    n = 3 + len(checks) + 2
-    deny = n - 1
+    argument_rules = [(nrs[column], values) for nrs, values in _ARG0_ALLOWED.values() if nrs[column] is not None]
+    # Layout (BPF jumps only forward, relative to the next instruction):
+    #   ld arch; jeq arch else DENY; ld nr; [check -> DENY]...; [jeq nr -> its block]...; ret allow;
+    #   per block: ld arg0; [jeq value -> its ret allow]...; ret deny; ret allow;
+    #   DENY: ret deny
+    head = 3 + len(checks) + len(argument_rules) + 1
+    block_starts, size = [], head
+    for _, values in argument_rules:
+        block_starts.append(size)
+        size += 1 + len(values) + 2
+    deny = size
     prog = [(_BPF_LD_W_ABS, 0, 0, 4), (_BPF_JEQ_K, 0, deny - 2, _AUDIT_ARCH[machine]), (_BPF_LD_W_ABS, 0, 0, 0)]
-    for i, (code, k) in enumerate(checks, start=3):
-        prog.append((code, deny - (i + 1), 0, k))
-    prog += [(_BPF_RET_K, 0, 0, _RET_ALLOW), (_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM)]
+    for code, k in checks:
+        prog.append((code, deny - (len(prog) + 1), 0, k))
+    for (nr, _), start in zip(argument_rules, block_starts):
+        prog.append((_BPF_JEQ_K, start - (len(prog) + 1), 0, nr))
+    prog.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
+    for (_, values), start in zip(argument_rules, block_starts):
+        allow_here = start + 1 + len(values) + 1
+        prog.append((_BPF_LD_W_ABS, 0, 0, _ARG0_LOW))
+        for value in values:
+            prog.append((_BPF_JEQ_K, allow_here - (len(prog) + 1), 0, value))
+        prog += [(_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM), (_BPF_RET_K, 0, 0, _RET_ALLOW)]
+    prog.append((_BPF_RET_K, 0, 0, _RET_ERRNO | _EPERM))
+    assert len(prog) == deny + 1
     return prog
 
 

@@ -175,6 +175,7 @@ class _Judge:
         mode = msg.get("mode")
         s.channel.copy_outputs(s.incoming)
         if mode == "none":
+            s.current = None
             return {"t": "captured"}
         if s.current is None:
             raise ValueError("a capture without prepared inputs")

@@ -2,11 +2,15 @@
 //
 // A load_inline(functions=[...]) extension normally gets a pybind11 binding compiled into the same
 // translation unit as the candidate's code, so the object file references the Python C API whatever
-// the candidate wrote. Here the evaluator appends
-//     TORCH_LIBRARY(kevin_<key>, m) { m.def("f", &kevin_ops::Adapter<&f>::call); }
-// instead, and calls the functions through torch.ops. The candidate's library then has no reason to
-// reference a Python symbol at all, so any such reference is the candidate's own and is refused when
-// the evaluator reads the library's symbol table.
+// the candidate wrote. Here the evaluator appends a table of the listed functions to the candidate's
+// translation unit instead,
+//     const kevin_ops::Export exports[] = {{"f", &kevin_ops::make<&f>}};
+//     extern "C" const kevin_ops::Table kevin_ops_table = {"kevin_<key>", exports, 1};
+// and links a registration object of its own (kevin_glue.o, built once by the evaluator from GLUE_SOURCE
+// in builder.py), which reads the table when the library is loaded and defines the operators
+// (torch::Library, kind DEF). The registration API is therefore called only from that object: the
+// candidate's object needs no Python symbol, no torch::Library and no dispatcher, so any such reference
+// is the candidate's own and is refused when the evaluator reads its symbol table (symbols.py).
 //
 // Adapter<&f>::call has the parameter types the operator schema supports (int64_t, double, bool,
 // Tensor, lists, optionals, strings); it converts them to f's own parameter types (int, float,
@@ -15,6 +19,7 @@
 #include <torch/library.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -118,4 +123,21 @@ template <auto F, class R, class... A> struct AdapterOf<F, R (*)(A...)> {
 template <auto F, class R, class... A> struct AdapterOf<F, R (*)(A...) noexcept> : AdapterOf<F, R (*)(A...)> {};
 template <auto F> struct Adapter : AdapterOf<F, decltype(F)> {};
 
+// The table the registration object reads (see the top of this file). Plain constants only (a string, a
+// function pointer per function), so it is filled in before any code of the library runs.
+struct Export {
+  const char* name;
+  torch::CppFunction (*make)();
+};
+struct Table {
+  const char* ns;
+  const Export* entries;
+  std::size_t count;
+};
+// The operator's kernel with its schema inferred from Adapter<F>::call's type (what m.def(name, &fn) does).
+template <auto F> torch::CppFunction make() { return torch::CppFunction(&Adapter<F>::call); }
+
 }  // namespace kevin_ops
+
+// Hidden: the registration object of this library reads this library's table, never another's.
+extern "C" __attribute__((visibility("hidden"))) const kevin_ops::Table kevin_ops_table;

@@ -340,8 +340,7 @@ def python_rule_hits(
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
-_NAMESPACED = re.compile(r"\b(at|torch)::((?:\w+::)*\w+)")
-_METHOD = re.compile(r"(?:\.|->)\s*(\w+)\s*(?:<[^;{}()]*>)?\s*\(")
+_NAMESPACE_ALIAS = re.compile(r"\bnamespace\s+(\w+)\s*=\s*(?:::\s*)?(at|torch)\s*((?:::\s*\w+\s*)*);")
 _ATEN_OPS_INCLUDE = re.compile(r'#\s*include\s*[<"]ATen/ops/(\w+)\.h[>"]')
 
 
@@ -354,12 +353,37 @@ def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
+def _namespaced(code: str) -> Iterator[tuple[re.Match[str], str]]:
+    """``at::``/``torch::`` names in ``code`` as (match, the name below at/torch), also through a namespace alias
+    (``namespace Q = at;  Q::relu(x)``): an alias is another spelling, so it is judged as the name it stands for."""
+    roots = {"at": "", "torch": ""}
+    for alias in _NAMESPACE_ALIAS.finditer(code):
+        roots[alias.group(1)] = re.sub(r"\s+", "", alias.group(3)).lstrip(":")
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, roots)) + r")::((?:\w+::)*\w+)")
+    for match in pattern.finditer(code):
+        below = roots[match.group(1)]
+        yield match, f"{below}::{match.group(2)}" if below else match.group(2)
+
+
+def _torch_name_allowed(symbol: str, allowed: set[str], namespaces: tuple[str, ...]) -> bool:
+    """An ``at::``/``torch::`` name the text rule lets through: on the list itself, or a member of an allowed
+    class or namespace (``ScalarType::Float``, ``vec::Vectorized``). Everything else is for the symbol check to
+    judge exactly once compiled; this rule only gives an early message for plain compute calls."""
+    parts = symbol.split("::")
+    return (symbol in allowed or parts[-1] in allowed or parts[0] in allowed
+            or any(symbol == ns or symbol.startswith(ns + "::") for ns in namespaces))
+
+
 def cpp_rule_hits(sources: list[str], rules: dict[str, dict[str, Any]]) -> list[RuleHit]:
-    """Rule hits in C++/CUDA sources (the strings a candidate passes to load_inline)."""
+    """Rule hits in C++/CUDA sources (the strings a candidate passes to load_inline).
+
+    Tensor methods (``x.sum()``) are not judged here: a method name says nothing about the object it is called
+    on (``Vectorized<float>::exp``, a helper class's ``add``), and every tensor method compiles to a call of a
+    PyTorch operator that the symbol check judges exactly (``symbols.py``)."""
     hits: list[RuleHit] = []
     compute = rules["cpp_torch_compute"]
     allowed_symbols = set(compute["allowed_torch_symbols"])
-    methods = set(rules["torch_compute"]["tensor_compute_methods"])
+    allowed_namespaces = tuple(compute.get("allowed_torch_namespaces", []))
     tokens = [t.lower() for t in compute["forbidden_tokens"]]
     allowed_op_includes = set(compute["allowed_aten_op_includes"])
     patterns = [re.compile(p) for p in rules["cpp_forbidden_calls"]["forbidden_patterns"]]
@@ -379,13 +403,9 @@ def cpp_rule_hits(sources: list[str], rules: dict[str, dict[str, Any]]) -> list[
                 idx = lowered.find(token)
                 if idx >= 0:
                     hits.append(RuleHit("cpp_torch_compute", f"{token!r} is not allowed", _line_of(code, idx)))
-            for match in _NAMESPACED.finditer(code):
-                symbol = match.group(2)
-                if symbol not in allowed_symbols and symbol.split("::")[-1] not in allowed_symbols:
+            for match, symbol in _namespaced(code):
+                if not _torch_name_allowed(symbol, allowed_symbols, allowed_namespaces):
                     hits.append(RuleHit("cpp_torch_compute", f"{match.group(0)} is PyTorch compute", _line_of(code, match.start())))
-            for match in _METHOD.finditer(code):
-                if match.group(1) in methods:
-                    hits.append(RuleHit("cpp_torch_compute", f".{match.group(1)}() is a tensor compute method", _line_of(code, match.start())))
         if _enabled(rules, "cpp_forbidden_calls"):
             for pattern in patterns:
                 match = pattern.search(code)
@@ -398,16 +418,68 @@ def cpp_rule_hits(sources: list[str], rules: dict[str, dict[str, Any]]) -> list[
     return hits
 
 
-def flag_hits(flags: list[str], rules: dict[str, dict[str, Any]]) -> list[RuleHit]:
-    """Extra compiler/linker flags passed to load_inline must match the allow-list."""
+def split_flags(value: Any) -> tuple[str, ...]:
+    """The argument words of a ``load_inline`` flag list as KernelBench's solutions write it: None, one string or a
+    list of them; empty and blank strings are dropped (``extra_cflags=[""]`` means no flag), a string holding
+    several flags is split as a shell would (``"-O3 --use_fast_math"``). ValueError for anything else."""
+    import shlex
+
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError("flags must be a string or a list of strings")
+    words: list[str] = []
+    for item in items:
+        if item is None:
+            continue
+        if not isinstance(item, str):
+            raise ValueError(f"flags must be strings, not {type(item).__name__}")
+        words.extend(shlex.split(item))
+    return tuple(words)
+
+
+def _flag_units(words: list[str], value_options: set[str]) -> Iterator[str]:
+    """Flags as single words: an option whose value is the next word (``-Xcompiler -O3``, ``-gencode arch=...``)
+    is joined to it with '=' (``-D NAME`` without), so each flag is judged whole."""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in value_options and i + 1 < len(words):
+            yield word + ("" if word in ("-D", "-U") else "=") + words[i + 1]
+            i += 2
+        else:
+            yield word
+            i += 1
+
+
+def bad_flags(words: list[str] | tuple[str, ...], rule: dict[str, Any]) -> list[str]:
+    """The flags of ``words`` that are not harmless: each must match its tool's allow-list; the flags nvcc passes on
+    to another tool (``-Xcompiler=-O3,-fopenmp``) are judged one by one by that tool's list."""
+    allowed = {tool: [re.compile(p) for p in patterns] for tool, patterns in rule["allowed"].items()}
+    passed = dict(rule.get("passed_flags", {}))
+    bad = []
+    for flag in _flag_units(list(words), set(rule.get("value_options", []))):
+        option, _, value = flag.partition("=")
+        if option in passed and value:
+            tool = passed[option]
+            if any(not any(p.match(part) for p in allowed[tool]) for part in value.split(",") if part):
+                bad.append(flag)
+        elif not any(p.match(flag) for p in allowed["flags"]):
+            bad.append(flag)
+    return bad
+
+
+def flag_hits(flags: list[str] | tuple[str, ...], rules: dict[str, dict[str, Any]], words: bool = False) -> list[RuleHit]:
+    """Extra compiler/linker flags passed to load_inline: harmless ones only (optimisation, architecture, warnings,
+    OpenMP, macros of the candidate's own); anything that changes what is built, linked or loaded, or makes the
+    compiler read files, is refused. ``flags`` may still hold empty strings or several flags in one string, unless
+    ``words`` (already the argument words, as an ExtensionRequest holds them: not split again)."""
     if not _enabled(rules, "load_inline_flags"):
         return []
-    allowed = [re.compile(p) for p in rules["load_inline_flags"]["allowed_flag_patterns"]]
-    return [
-        RuleHit("load_inline_flags", f"compiler flag {flag!r} is not allowed")
-        for flag in flags
-        if not any(p.match(flag) for p in allowed)
-    ]
+    listed = tuple(flags) if words else split_flags(list(flags))
+    return [RuleHit("load_inline_flags", f"compiler flag {flag!r} is not allowed")
+            for flag in bad_flags(listed, rules["load_inline_flags"])]
 
 
 def static_hits(

@@ -1,43 +1,77 @@
-"""What a candidate's compiled library may call: its undefined symbols and needed libraries, read from the
-ELF file by the trusted evaluator before anything loads it.
+"""What a candidate's compiled code may call and execute, read from its object files and library by the
+trusted evaluator before anything loads them.
 
 Static rules read the candidate's text, and text can hide a call: macros, token pasting
-(``J(Py,Object)``), ``using namespace at;``. The linker cannot be fooled that way: every function the
-library calls outside itself is an undefined symbol in its dynamic symbol table, under its real name.
-Our build (``builder.py``) links no Python binding, so a Python C API symbol, a thread or process
-call, a library GEMM or an ATen compute operator in that table is the candidate's own doing.
+(``J(Py,Object)``), ``using namespace at;``, a namespace alias. The linker cannot be fooled that way: every
+function an object file calls outside itself is an undefined symbol, under its real name. Our build
+(``builder.py``) puts the candidate's code alone in its object files (the operator registration is an
+object of ours, linked from outside the build folder), so each undefined symbol of those objects is the
+candidate's own doing, and is judged three ways:
 
-What this does not see: code that finds functions without naming them (scanning memory for a symbol
-table, raw system calls from inline assembly). Those run inside the candidate's own sandboxed process,
-where the verdict is not decided (judge.py), and the seccomp filter and run-time checks still apply.
+1. refused by class (``forbidden_symbols``): the Python C API, threads, processes, files, clocks, the
+   dynamic loader and the loaded-object lists (``dl_iterate_phdr``, ``_r_debug``, the auxiliary vector,
+   ``environ``), signal handlers, memory mapping, system control, the operator dispatcher and operator
+   registration, the profiler's switches, math libraries ...;
+2. a PyTorch operator (``at::_ops::<op>``, or an out-of-line ``at::Tensor::<op>``) must be on
+   ``evaluation.allowed_runtime_ops`` (allocation, copies, views);
+3. otherwise it must be provided by the C/C++ runtime (an export of libc, libm, libmvec, libstdc++,
+   libgcc_s or libgomp, read from those libraries), match ``runtime_symbols`` (the CUDA runtime and driver,
+   PyTorch's vector maths) or ``torch_api`` (the few PyTorch classes a kernel's host code needs: tensors,
+   errors, parallel_for, streams, schema inference), or be defined by another of the candidate's own
+   objects. Everything else PyTorch's libraries export (MKL's GEMM, the C shims, libuv, ...) is refused.
 
-The reader is plain Python over the ELF64 format (no binutils, nothing executed), bounded in what it reads.
+Then every executable section of every object file and library is disassembled (capstone) and a raw
+system call, a far jump to another code segment or a read of the time-stamp counter is refused: inline
+assembly is invisible to symbol tables.
+
+What this does not see: code that finds functions without naming them, by scanning memory from an
+address it holds (a libc function's, a return address) for a loaded library's header and symbol table,
+and code that jumps into the middle of an instruction it computed. Those run inside the candidate's own
+sandboxed process, where the verdict is not decided (judge.py); the seccomp filter and the run-time
+checks still apply.
+
+The ELF reader is plain Python (no binutils, nothing executed), bounded in what it reads.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from kevin.evaluation.rules import RuleHit
 
-_SHT_SYMTAB, _SHT_DYNAMIC, _SHT_DYNSYM = 2, 6, 11
+_SHT_PROGBITS, _SHT_SYMTAB, _SHT_DYNAMIC, _SHT_NOBITS, _SHT_DYNSYM = 1, 2, 6, 8, 11
+_SHF_EXECINSTR = 0x4
 _DT_NEEDED = 1
+_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
+_STT_FUNC = 2
+_EM_X86_64, _EM_AARCH64 = 62, 183
 MAX_LIBRARY_BYTES = 1 << 30
 MAX_SYMBOLS = 2_000_000
+INSTALL_CAPSTONE = "pip install 'capstone>=5.0,<5.1'"
 
 
 @dataclass
 class ElfSymbols:
-    """The parts of a shared library or object file that say what it calls."""
+    """The parts of a shared library or object file that say what it calls and holds."""
 
     undefined: list[str] = field(default_factory=list)
     """Names the file uses but does not define (resolved against other libraries when it is loaded)."""
     needed: list[str] = field(default_factory=list)
     """DT_NEEDED entries: the libraries loading it pulls in."""
+    defined: list[str] = field(default_factory=list)
+    """Global and weak names the file defines (another object of the same build may call them)."""
+    strong: list[str] = field(default_factory=list)
+    """The global (not weak) ones: the file's own functions and data, not inline code of headers it included."""
+    machine: int = 0
+    """e_machine (62: x86-64, 183: AArch64)."""
+    code: list[tuple[str, int, bytes, list[int]]] = field(default_factory=list)
+    """Executable sections: (name, address, bytes, offsets of the functions that start in it)."""
 
 
 def _cstr(table: bytes, offset: int) -> str:
@@ -47,45 +81,57 @@ def _cstr(table: bytes, offset: int) -> str:
     return table[offset: end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
-def read_elf_symbols(path: str | Path) -> ElfSymbols:
-    """Undefined symbols and needed libraries of an ELF64 little-endian file; ValueError if it is not one."""
+def read_elf_symbols(path: str | Path, code: bool = False) -> ElfSymbols:
+    """Undefined and defined symbols, needed libraries and (``code``) the executable sections of an ELF64
+    little-endian file; ValueError if it is not one."""
     data = Path(path).read_bytes()
+    name = Path(path).name
     if len(data) > MAX_LIBRARY_BYTES:
-        raise ValueError(f"{Path(path).name}: larger than {MAX_LIBRARY_BYTES >> 20} MiB")
+        raise ValueError(f"{name}: larger than {MAX_LIBRARY_BYTES >> 20} MiB")
     if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
-        raise ValueError(f"{Path(path).name}: not a 64-bit little-endian ELF file")
+        raise ValueError(f"{name}: not a 64-bit little-endian ELF file")
+    machine, = struct.unpack_from("<H", data, 0x12)
     shoff, = struct.unpack_from("<Q", data, 0x28)
-    shentsize, shnum, _ = struct.unpack_from("<HHH", data, 0x3A)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     if shentsize < 64 or shoff + shnum * shentsize > len(data):
-        raise ValueError(f"{Path(path).name}: section headers outside the file")
+        raise ValueError(f"{name}: section headers outside the file")
     sections = []
     for i in range(shnum):
-        _, sh_type, _, _, offset, size, link, _, _, entsize = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
-        if offset + size > len(data) and sh_type != 8:  # SHT_NOBITS (.bss) occupies no file bytes
-            raise ValueError(f"{Path(path).name}: a section lies outside the file")
-        sections.append((sh_type, offset, size, link, entsize))
+        sh_name, sh_type, flags, addr, offset, size, link, _, _, _ = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        if offset + size > len(data) and sh_type != _SHT_NOBITS:  # .bss occupies no file bytes
+            raise ValueError(f"{name}: a section lies outside the file")
+        sections.append((sh_type, offset, size, link, flags, addr, sh_name))
 
     def strtab(index: int) -> bytes:
         if index >= len(sections):
             raise ValueError("string table index out of range")
-        _, offset, size, _, _ = sections[index]
+        _, offset, size, _, _, _, _ = sections[index]
         return data[offset: offset + size]
 
-    out = ElfSymbols()
+    out = ElfSymbols(machine=machine)
     seen: set[str] = set()
-    for sh_type, offset, size, link, entsize in sections:
+    functions: dict[int, list[int]] = {}
+    for sh_type, offset, size, link, _, _, _ in sections:
         if sh_type in (_SHT_SYMTAB, _SHT_DYNSYM):
             names = strtab(link)
             count = size // 24
             if count > MAX_SYMBOLS:
                 raise ValueError("too many symbols")
             for j in range(count):
-                st_name, _, _, st_shndx, _, _ = struct.unpack_from("<IBBHQQ", data, offset + j * 24)
-                if st_shndx == 0 and st_name:
-                    name = _cstr(names, st_name)
-                    if name not in seen:
-                        seen.add(name)
-                        out.undefined.append(name)
+                st_name, st_info, _, st_shndx, st_value, _ = struct.unpack_from("<IBBHQQ", data, offset + j * 24)
+                if not st_name:
+                    continue
+                if st_shndx == 0:
+                    symbol = _cstr(names, st_name)
+                    if symbol not in seen:
+                        seen.add(symbol)
+                        out.undefined.append(symbol)
+                elif st_info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE):
+                    out.defined.append(_cstr(names, st_name))
+                    if st_info >> 4 == _STB_GLOBAL:
+                        out.strong.append(out.defined[-1])
+                if code and st_info & 0xF == _STT_FUNC and 0 < st_shndx < len(sections):
+                    functions.setdefault(st_shndx, []).append(st_value)
         elif sh_type == _SHT_DYNAMIC:
             names = strtab(link)
             for j in range(size // 16):
@@ -94,7 +140,167 @@ def read_elf_symbols(path: str | Path) -> ElfSymbols:
                     break
                 if tag == _DT_NEEDED:
                     out.needed.append(_cstr(names, value))
+    if code:
+        section_names = strtab(shstrndx) if shstrndx < len(sections) else b""
+        for index, (sh_type, offset, size, _, flags, addr, sh_name) in enumerate(sections):
+            if sh_type == _SHT_PROGBITS and flags & _SHF_EXECINSTR and size:
+                label = _cstr(section_names, sh_name) if sh_name < len(section_names) else f"section {index}"
+                # In an object file a function's value is its offset in the section; in a library, its address.
+                starts = sorted({v - addr if v >= addr else v for v in functions.get(index, [])})
+                out.code.append((label, addr, data[offset: offset + size], [s for s in starts if 0 <= s < size]))
     return out
+
+
+# ------------------------------------------------------------------------------------ mangled names
+
+_SPECIAL = {"Sa": "std::allocator", "Sb": "std::basic_string", "Ss": "std::string", "Si": "std::istream",
+            "So": "std::ostream", "Sd": "std::iostream"}
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def mangled_scope(symbol: str) -> str | None:
+    """The qualified name of a C++ symbol without its parameters or template arguments, read from the mangled
+    name (``_ZN3c106detail14torchCheckFailEPKc...`` -> ``c10::detail::torchCheckFail``; a vtable or typeinfo
+    gives its class, a thread-local wrapper its variable, a local static its function). None when ``symbol`` is
+    not a mangled name this reader knows (then it is judged as a plain name)."""
+    if not symbol.startswith("_Z"):
+        return None
+    rest = symbol[2:]
+    for _ in range(4):  # special names wrap another name: vtables, thunks, guard variables, local entities
+        if rest[:2] in ("TV", "TI", "TS", "TT", "TW", "TH", "GV", "GR"):
+            rest = rest[2:]
+        elif rest[:2] in ("Th", "Tv"):
+            match = re.match(r"T[hv](?:n?\d+_){1,2}", rest)
+            if not match:
+                return None
+            rest = rest[match.end():]
+        elif rest[:1] == "Z":  # a local entity: judged by the function it belongs to
+            rest = rest[1:]
+        elif rest[:1] == "L":  # internal linkage
+            rest = rest[1:]
+        else:
+            break
+    parts: list[str] = []
+    nested = rest.startswith("N")
+    pos = 1 if nested else 0
+    if nested:
+        while pos < len(rest) and rest[pos] in "rVKRO":  # cv- and ref-qualifiers of a member function
+            pos += 1
+    while pos < len(rest):
+        two = rest[pos:pos + 2]
+        if rest[pos].isdigit():
+            match = _SOURCE_NAME.match(rest, pos)
+            length = int(match.group(1))
+            start = match.end()
+            if length <= 0 or start + length > len(rest):
+                return None
+            ident = rest[start:start + length]
+            parts.append("(anonymous namespace)" if ident.startswith("_GLOBAL__N") else ident)
+            pos = start + length
+            while rest[pos:pos + 1] == "B":  # ABI tags ([abi:cxx11]) belong to the name before them
+                match = _SOURCE_NAME.match(rest, pos + 1)
+                if not match:
+                    return None
+                pos = match.end() + int(match.group(1))
+            if not nested:
+                break
+        elif two == "St" and not parts:
+            parts.append("std")
+            pos += 2
+        elif two in _SPECIAL and not parts:
+            parts.extend(_SPECIAL[two].split("::"))
+            pos += 2
+        elif len(two) == 2 and two.isalpha() and two.islower() and two not in ("cv", "li") and parts:
+            parts.append(f"operator{two}")  # an operator's code (ls: <<, eq: ==, ...): it ends the name
+            break
+        else:
+            break  # template arguments, constructors, destructors, substitutions: the scope is read
+    return "::".join(parts) if parts else None
+
+
+# ----------------------------------------------------------------------------------- runtime exports
+
+_RUNTIME_LIBRARIES = ("libc.so.6", "libm.so.6", "libmvec.so.1", "libstdc++.so.6", "libgcc_s.so.1", "libgomp")
+"""The C/C++ and OpenMP runtime: what every library may call, once the forbidden classes are taken out."""
+_REQUIRED = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+
+
+def _loaded_libraries() -> dict[str, str]:
+    """basename -> path of the shared libraries mapped into this (the evaluator's) process."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if path.startswith("/") and ".so" in path:
+                    found.setdefault(os.path.basename(path), path)
+    except OSError:
+        pass
+    return found
+
+
+def _library_paths() -> dict[str, str]:
+    """The runtime libraries' files: the copies this process has loaded (torch loads them all but libmvec),
+    else where the C compiler finds them, else torch's own libgomp."""
+    import shutil
+    import subprocess
+
+    loaded = _loaded_libraries()
+    paths: dict[str, str] = {}
+    for name in _RUNTIME_LIBRARIES:
+        match = next((p for base, p in loaded.items() if base == name or (name == "libgomp" and base.startswith("libgomp"))), None)
+        if match is None:
+            wanted = "libgomp.so.1" if name == "libgomp" else name
+            compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("c++")
+            if compiler:
+                try:
+                    printed = subprocess.run([compiler, f"-print-file-name={wanted}"], capture_output=True, text=True,
+                                             timeout=30).stdout.strip()
+                except (OSError, subprocess.SubprocessError):
+                    printed = ""
+                if os.path.isabs(printed) and os.path.isfile(printed):
+                    match = printed
+        if match is None and name == "libgomp":
+            try:
+                import torch
+
+                match = next((str(p) for p in Path(torch.__file__).parent.joinpath("lib").glob("libgomp*.so*")), None)
+            except ImportError:
+                match = None
+        if match:
+            paths[name] = os.path.realpath(match)
+    return paths
+
+
+@lru_cache(maxsize=1)
+def runtime_exports() -> frozenset[str]:
+    """Every name the C/C++ and OpenMP runtime libraries export (read once per evaluator process).
+
+    RuntimeError when libc, libm, libstdc++ or libgcc_s cannot be found: every honest kernel would then be
+    refused, so the evaluator must not run."""
+    paths = _library_paths()
+    missing = [name for name in _REQUIRED if name not in paths]
+    if missing:
+        raise RuntimeError(f"the C/C++ runtime libraries {missing} were not found; the symbol check needs their exports")
+    names: set[str] = set()
+    for path in paths.values():
+        names.update(read_elf_symbols(path).defined)
+    return frozenset(names)
+
+
+def require_disassembler() -> None:
+    """The native checks' dependencies, checked before an evaluator compiles anything: capstone (the
+    disassembler) and the runtime libraries' exports. RuntimeError, saying how to install, when missing:
+    without them a library would go unchecked, so there is no evaluation at all."""
+    try:
+        import capstone  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(f"the evaluator disassembles every candidate build and needs the capstone disassembler: "
+                           f"{INSTALL_CAPSTONE} (a kevin dependency; {exc})") from None
+    runtime_exports()
+
+
+# --------------------------------------------------------------------------------------------- judging
 
 
 _ATEN_OP = re.compile(r"^_ZN2at4_ops(\d+)")
@@ -128,28 +334,157 @@ def _op_allowed(op: str, allowed: set[str]) -> bool:
     return False
 
 
+@dataclass
+class _Rule:
+    """``native_symbols`` compiled once per check."""
+
+    forbidden: list[tuple[re.Pattern[str] | None, re.Pattern[str] | None, str, bool]]
+    runtime: list[re.Pattern[str]]
+    torch_api: list[re.Pattern[str]]
+    needed: list[re.Pattern[str]]
+    instructions: dict[str, list[tuple[set[str], re.Pattern[str] | None, str]]]
+    allowed_ops: set[str]
+
+    @classmethod
+    def of(cls, rule: dict[str, Any], allowed_ops: Iterable[str]) -> "_Rule":
+        forbidden = [(re.compile(p["pattern"]) if p.get("pattern") else None, re.compile(p["scope"]) if p.get("scope") else None,
+                      p["what"], bool(p.get("objects_only", False))) for p in rule["forbidden_symbols"]]
+        instructions = {arch: [(set(e["mnemonics"]), re.compile(e["operands"]) if e.get("operands") else None, e["what"])
+                               for e in entries] for arch, entries in rule.get("forbidden_instructions", {}).items()}
+        return cls(forbidden=forbidden, runtime=[re.compile(p) for p in rule.get("runtime_symbols", [])],
+                   torch_api=[re.compile(p) for p in rule.get("torch_api", [])],
+                   needed=[re.compile(p) for p in rule["allowed_libraries"]], instructions=instructions,
+                   allowed_ops={op.split("::", 1)[-1] for op in allowed_ops})
+
+
+def _forbidden_class(name: str, scope: str | None, rule: _Rule, library: bool) -> str | None:
+    for pattern, scope_pattern, what, objects_only in rule.forbidden:
+        if library and objects_only:
+            continue
+        if (pattern is not None and pattern.search(name)) or (scope_pattern is not None and scope and scope_pattern.search(scope)):
+            return what
+    return None
+
+
+def _strict_verdict(name: str, rule: _Rule, own: set[str], runtime: frozenset[str]) -> str | None:
+    """Why a candidate object may not import ``name`` (None: it may)."""
+    scope = mangled_scope(name)
+    what = _forbidden_class(name, scope, rule, library=False)
+    if what:
+        return f"calls {demangle(name)} ({what})"
+    op = aten_op_of(name)
+    if op is not None:
+        return None if _op_allowed(op, rule.allowed_ops) else f"calls the PyTorch operator aten::{op} (PyTorch compute)"
+    if name in own or name in runtime or any(p.search(name) for p in rule.runtime):
+        return None
+    if scope and scope.startswith("at::Tensor::"):
+        # Out-of-line tensor methods (libtorch exports some, e.g. relu_): an operator by another name.
+        method = scope.split("::")[2]
+        base = method[:-len("_symint")] if method.endswith("_symint") else method
+        return None if _op_allowed(base, rule.allowed_ops) else \
+            f"calls {demangle(name)} (the PyTorch operator aten::{base}: PyTorch compute)"
+    if scope and any(p.search(scope) for p in rule.torch_api):
+        return None
+    return (f"calls {demangle(name)}, which is neither part of the C/C++, OpenMP or CUDA runtime nor one of the "
+            "PyTorch functions a kernel may call")
+
+
 def symbol_hits(info: ElfSymbols, rule: dict[str, Any], allowed_ops: Iterable[str], filename: str,
-                calls: bool = True) -> list[RuleHit]:
-    """Rule hits (rule ``native_symbols``) for a file's undefined symbols (``calls``) and needed libraries."""
+                calls: bool = True, own: Iterable[str] = ()) -> list[RuleHit]:
+    """Rule hits (rule ``native_symbols``) for a file: the calls of a candidate's object file (``calls``: judged
+    strictly, see the module's docstring; ``own``: names its sibling objects define), or the forbidden classes
+    a library calls, and the libraries it needs."""
     if not rule.get("enabled", True):
         return []
-    forbidden = [(re.compile(p["pattern"]), p["what"]) for p in rule["forbidden_symbols"]]
-    allowed_needed = [re.compile(p) for p in rule["allowed_libraries"]]
-    allowed = {op.split("::", 1)[-1] for op in allowed_ops}
+    compiled = _Rule.of(rule, allowed_ops)
     hits: list[RuleHit] = []
-    for name in info.undefined if calls else []:
-        op = aten_op_of(name)
-        if op is not None and not _op_allowed(op, allowed):
-            hits.append(RuleHit("native_symbols", f"{filename} calls the PyTorch operator aten::{op} (PyTorch compute)"))
-            continue
-        for pattern, what in forbidden:
-            if pattern.search(name):
+    if calls:
+        runtime = runtime_exports()
+        own_names = set(own) | set(info.defined)
+        for name in info.undefined:
+            why = _strict_verdict(name, compiled, own_names, runtime)
+            if why:
+                hits.append(RuleHit("native_symbols", f"{filename} {why}"))
+        for name in info.strong:
+            # A forbidden name defined by the candidate itself: a call to it would be its own (the build links with
+            # -Bsymbolic), so this is no way in, but nothing honest is named so, and a library linked otherwise
+            # would call the process's first definition instead.
+            what = _forbidden_class(name, mangled_scope(name), compiled, library=False)
+            if what:
+                hits.append(RuleHit("native_symbols", f"{filename} defines {demangle(name)} ({what})"))
+    else:
+        for name in info.undefined:
+            what = _forbidden_class(name, mangled_scope(name), compiled, library=True)
+            if what:
                 hits.append(RuleHit("native_symbols", f"{filename} calls {demangle(name)} ({what})"))
-                break
     for lib in info.needed:
-        if not any(p.match(lib) for p in allowed_needed):
+        if not any(p.match(lib) for p in compiled.needed):
             hits.append(RuleHit("native_symbols", f"{filename} links {lib}, which is not on the allowed list"))
     return hits
+
+
+# --------------------------------------------------------------------------------------- instructions
+
+
+def _disassembler(machine: int) -> Any:
+    try:
+        import capstone
+    except ImportError as exc:
+        raise RuntimeError(f"capstone is needed to check candidate builds: {INSTALL_CAPSTONE} ({exc})") from None
+    if machine == _EM_X86_64:
+        return capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64), "x86_64"
+    if machine == _EM_AARCH64:
+        return capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM), "aarch64"
+    raise ValueError(f"machine {machine} is not one the evaluator disassembles (x86-64, AArch64)")
+
+
+def _sweep(md: Any, code: bytes, start: int, stop_at: set[int] | None) -> Iterator[tuple[int, str, str]]:
+    """(offset, mnemonic, operands) of the instructions from ``start`` in order; a byte that is no instruction is
+    stepped over, so what follows it is read too. ``stop_at``: offsets already read (a resynchronised sweep ends
+    there)."""
+    pos = start
+    while pos < len(code):
+        last = pos
+        for offset, size, mnemonic, operands in md.disasm_lite(code[pos:], pos):
+            if stop_at is not None and offset in stop_at and offset != start:
+                return
+            yield offset, mnemonic, operands
+            last = offset + size
+        pos = last if last > pos else pos + 1
+
+
+def instruction_hits(info: ElfSymbols, rule: dict[str, Any], filename: str) -> list[RuleHit]:
+    """Forbidden instructions in ``info``'s executable sections (read with ``code=True``): each section is
+    disassembled from its start, and again from every function that starts where the first pass was not at an
+    instruction boundary."""
+    if not rule.get("enabled", True) or not info.code:
+        return []
+    md, arch = _disassembler(info.machine)
+    checks = _Rule.of(rule, ()).instructions.get(arch, [])
+    hits: list[RuleHit] = []
+    for section, _, code, starts in info.code:
+        boundaries: set[int] = set()
+        found: dict[int, tuple[str, str, str]] = {}
+
+        def look(offset: int, mnemonic: str, operands: str) -> None:
+            for mnemonics, operand_pattern, what in checks:
+                if mnemonic in mnemonics and (operand_pattern is None or operand_pattern.search(operands)):
+                    found.setdefault(offset, (mnemonic, operands, what))
+
+        for offset, mnemonic, operands in _sweep(md, code, 0, None):
+            boundaries.add(offset)
+            look(offset, mnemonic, operands)
+        for start in starts:
+            if start not in boundaries:
+                for offset, mnemonic, operands in _sweep(md, code, start, boundaries):
+                    look(offset, mnemonic, operands)
+        for offset, (mnemonic, operands, what) in sorted(found.items())[:3]:
+            shown = f"{mnemonic} {operands}".strip()
+            hits.append(RuleHit("native_symbols", f"{filename} contains the instruction `{shown}` at {section}+{offset:#x} ({what})"))
+    return hits
+
+
+# ------------------------------------------------------------------------------------------- a build
 
 
 def demangle(name: str) -> str:
@@ -170,13 +505,14 @@ def demangle(name: str) -> str:
 
 
 def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str]) -> list[RuleHit]:
-    """Hits for everything a compile job left in ``folder`` (its staging folder): the calls of every object file
-    (the candidate's own translation units and our registration), and the libraries each shared library needs.
+    """Hits for everything a compile job left in ``folder`` (its staging folder).
 
-    A shared library's own calls are not held against the candidate: the link may add the toolkit's code
-    (e.g. a static CUDA runtime, which loads the driver with dlopen), and the object files are exactly what
-    was compiled from the candidate's sources."""
+    Object files are the candidate's own translation units (our registration object is linked from the header
+    folder, never copied here): their calls are judged strictly, a call between two of them is their own. A
+    shared library is judged by the libraries it needs and the forbidden classes it calls (our registration and
+    the C runtime's start files are linked into it). Every file's machine code is disassembled."""
     hits: list[RuleHit] = []
+    files: list[tuple[Path, ElfSymbols]] = []
     for path in sorted(folder.rglob("*")):
         if path.is_symlink():
             hits.append(RuleHit("native_symbols", f"{path.name}: build outputs may not be symbolic links"))
@@ -184,11 +520,20 @@ def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str])
         if not path.is_file() or path.suffix not in (".so", ".o"):
             continue
         try:
-            info = read_elf_symbols(path)
+            files.append((path, read_elf_symbols(path, code=rule.get("enabled", True))))
         except (ValueError, OSError, struct.error) as exc:
             hits.append(RuleHit("native_symbols", f"{path.name}: unreadable library ({exc})"))
-            continue
-        hits.extend(symbol_hits(info, rule, allowed_ops, path.name, calls=path.suffix == ".o"))
+    own: dict[Path, set[str]] = {}
+    for path, info in files:
+        if path.suffix == ".o":
+            own.setdefault(path.parent, set()).update(info.defined)
+    for path, info in files:
+        is_object = path.suffix == ".o"
+        hits.extend(symbol_hits(info, rule, allowed_ops, path.name, calls=is_object, own=own.get(path.parent, ())))
+        try:
+            hits.extend(instruction_hits(info, rule, path.name))
+        except ValueError as exc:
+            hits.append(RuleHit("native_symbols", f"{path.name}: {exc}"))
     if not any(p.suffix == ".o" for p in folder.rglob("*.o")) and any(p.suffix == ".so" for p in folder.rglob("*.so")):
         hits.append(RuleHit("native_symbols", "a library was left without the object files it was linked from"))
     return hits

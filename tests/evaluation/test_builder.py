@@ -35,10 +35,14 @@ def test_requests_are_validated_like_a_careful_load_inline():
             request(**bad)
 
 
-def test_the_registration_block_names_every_function():
+def test_the_operator_table_names_every_function_and_registers_nothing():
+    """The candidate's translation unit ends with a table of its functions; the registration itself (torch::Library)
+    is our own object, so nothing in the candidate's object needs the registration API."""
     text = registration("kevin_abc", ("relu", "ns::gelu"))
-    assert text == ('TORCH_LIBRARY(kevin_abc, m) {\n  m.def("relu", &kevin_ops::Adapter<&relu>::call);\n'
-                    '  m.def("gelu", &kevin_ops::Adapter<&ns::gelu>::call);\n}\n')
+    assert '    {"relu", &kevin_ops::make<&relu>},\n    {"gelu", &kevin_ops::make<&ns::gelu>},\n' in text
+    assert text.endswith('extern "C" const kevin_ops::Table kevin_ops_table = {"kevin_abc", kevin_ops_exports, 2};\n')
+    assert "#undef kevin_ops_table\n" in text  # a macro of the candidate's cannot rename our table
+    assert "TORCH_LIBRARY" not in text and "Library" not in text
 
 
 def test_the_full_headers_decide_only_for_names_the_narrow_ones_lack():
@@ -194,3 +198,19 @@ def test_nvcc_pre_includes_the_slim_header_once_it_is_written(tmp_path):
     (tmp_path / CUDA_LITE).write_text("#pragma once\n")
     assert tc.nvcc_command(True, [])[-6:-4] == ["-include", str(tmp_path / CUDA_LITE)]
     assert "torch/all.h" in dataclasses.replace(tc).nvcc_command(False, [])
+
+
+def test_a_library_calls_its_own_definitions_not_the_processes_first(toolchain, tmp_path):
+    """A candidate that defines a function of the interpreter's (or MKL's) itself and calls it must get its own: its
+    object then imports nothing, so without -Bsymbolic the dynamic linker would bind the call to the first definition
+    in the process (the interpreter's own Py_IsInitialized returns 1)."""
+    source = ('extern "C" int Py_IsInitialized(void) { return 7; }\n'
+              "torch::Tensor f(torch::Tensor x) { return torch::full({1}, (float)Py_IsInitialized()); }\n")
+    req = request(cpp_sources=source, name="own_defs")
+    build_extension(req, toolchain, tmp_path)
+    assert "-Wl,-Bsymbolic" in toolchain.link_command(["main.o"], "x", [])
+    torch.ops.load_library(str(find_library(tmp_path, req, toolchain)))
+    assert getattr(torch.ops, req.op_namespace(toolchain)).f(torch.zeros(1)).item() == 7.0
+    # The symbol check refuses the definition all the same: nothing honest defines such a name.
+    messages = [h.message for h in library_hits(tmp_path, load_rules()["native_symbols"], EvalConfig().allowed_runtime_ops)]
+    assert messages == ["main.o defines Py_IsInitialized (the Python C API)"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits, load_rules, static_hits
+from kevin.evaluation.rules import RuleHit, bad_flags, cpp_rule_hits, flag_hits, load_rules, split_flags, static_hits
 from kevin.tasks import bundled_solutions_dir, load_bundled_suite
 from tests.conftest import RELU_BODY, cpp_solution
 
@@ -101,9 +101,10 @@ def test_inline_kernel_required():
 
 
 CPP_CASES = {
-    "cpp_torch_compute": ["return torch::matmul(x, x);", "return at::relu(x);", "return x.sum();", "cublasSgemm(h);",
+    "cpp_torch_compute": ["return torch::matmul(x, x);", "return at::relu(x);", "cublasSgemm(h);",
                           "#include <cudnn.h>", "#include <ATen/ops/matmul.h>", "return at::native::relu(x);",
-                          "auto y = x.exp();"],
+                          "namespace Q = at;\nreturn Q::relu(x);", "namespace T = ::torch;\nreturn T::matmul(x, x);",
+                          "namespace N = at::native;\nreturn N::relu(x);"],
     "cpp_forbidden_calls": ["std::thread t([]{});", "pthread_create(0,0,0,0);",
                             "cudaStreamCreate(&s);", "fork();", "system(\"ls\");", "exit(0);", "dlopen(\"x\", 0);",
                             "#include <Python.h>", "PyObject* o = 0;", "py::module m;", "auto t = std::chrono::steady_clock::now();",
@@ -139,6 +140,90 @@ def test_flags_allow_list():
     assert flag_hits(["-O3", "--use_fast_math", "-arch=sm_90"], RULES) == []
     assert ids(flag_hits(["-lcublas"], RULES)) == {"load_inline_flags"}
     assert ids(flag_hits(["--default-stream=per-thread"], RULES)) == {"load_inline_flags"}
+
+
+@pytest.mark.parametrize("value, words", [
+    (None, ()), ("", ()), ([""], ()), ([" ", "\t"], ()), ([None, "-O3"], ("-O3",)), ("-O3", ("-O3",)),
+    ("-O3 --use_fast_math", ("-O3", "--use_fast_math")), (["-O3", "-O3"], ("-O3", "-O3")),
+    (("-Xcompiler", "-O3"), ("-Xcompiler", "-O3")), (["-DNAME=\"a b\""], ("-DNAME=a b",)),
+])
+def test_flag_lists_are_read_as_their_argument_words(value, words):
+    """KernelBench's solutions write extra_cflags=[""], None or one string: none of those is a flag."""
+    assert split_flags(value) == words
+
+
+@pytest.mark.parametrize("value", [3, [3], ["-O3", b"-O2"], {"-O3": 1}])
+def test_flag_lists_of_other_types_are_errors(value):
+    with pytest.raises(ValueError):
+        split_flags(value)
+
+
+FLAGS = load_rules()["load_inline_flags"]
+ACCEPTED = [
+    "", " ", "-O3", "-O2", "-O0", "-Os", "-Ofast", "-O", "--use_fast_math", "-use_fast_math", "-std=c++17", "--std=c++20",
+    "-lineinfo", "-g", "-v", "-w", "-Wall", "-Wno-unused-variable", "-Werror=return-type", "-DNDEBUG", "-DBLOCK=256",
+    "-D TILE=32", "-UDEBUG", "-U__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF2_OPERATORS__", "-fopenmp", "-ffast-math",
+    "-funroll-loops", "-fno-strict-aliasing", "-ftree-vectorize", "-march=native", "-mtune=native", "-mavx2", "-mfma",
+    "-mavx512f", "-msse4.2", "--param=l1-cache-line-size=64", "-lgomp", "-lcuda", "-lcudart", "-lm",
+    "-arch=sm_90", "-arch sm_90a", "--gpu-architecture=compute_90", "-gencode=arch=compute_90,code=sm_90",
+    "-gencode arch=compute_80,code=[sm_80,compute_80]", "-code=sm_90", "-maxrregcount=64", "--maxrregcount 128",
+    "--expt-relaxed-constexpr", "--expt-extended-lambda", "--extended-lambda", "-Xcompiler -O3",
+    "-Xcompiler=-fopenmp,-O3", "--compiler-options -march=native", "-Xptxas -v", "-Xptxas=-O3,-v",
+    "--ptxas-options=-v", "-Xptxas --warn-on-spills", "--ftz=true", "--prec-div=false", "--fmad=true",
+    "-Xcudafe --diag_suppress=177", "--diag-suppress=550", "-t 4", "--threads=2", "-res-usage", "-O3 -DNDEBUG -Wall",
+]
+REJECTED = [
+    "-lcublas", "-lcudnn", "-lpthread", "-L/tmp", "-Wl,-rpath,/tmp", "-Wl,--wrap=malloc", "-Xlinker --wrap=malloc",
+    "-shared", "-static", "-nostdlib", "-include /etc/passwd", "-imacros x.h", "-I/etc", "-isystem /etc", "-iquote /etc",
+    "-idirafter /etc", "-DTORCH_CHECK=assert", "-D_GLIBCXX_USE_CXX11_ABI=0", "-DC10_MOBILE", "-Dkevin_ops_table=x",
+    "-UTORCH_API", "--compiler-bindir=/tmp", "-ccbin /tmp/gcc", "-B/tmp", "-specs=/tmp/x", "-fplugin=/tmp/p.so",
+    "-fplugin-arg-x-y", "-fprofile-generate", "-fsanitize=address", "-finstrument-functions", "-flto", "-save-temps",
+    "-o /tmp/x", "-c", "-S", "-E", "-x cu", "-Wa,--defsym,x=1", "-Wp,-include,/etc/passwd", "-Xnvlink -x",
+    "-rdc=true", "-dc", "--keep", "--options-file /tmp/f", "-optf /tmp/f", "-Xcompiler -fplugin=/tmp/p.so",
+    "-Xcompiler=-O3,-B/tmp", "-Xptxas --options-file=/tmp/f", "--default-stream per-thread", "-Xlinker", "-dlto",
+]
+
+
+@pytest.mark.parametrize("flags", ACCEPTED)
+def test_harmless_flags_are_accepted(flags):
+    assert bad_flags(split_flags(flags), FLAGS) == [], flags
+    assert flag_hits([flags], RULES) == []
+
+
+@pytest.mark.parametrize("flags", REJECTED)
+def test_flags_that_change_what_is_built_or_loaded_are_rejected(flags):
+    assert bad_flags(split_flags(flags), FLAGS), flags
+    assert ids(flag_hits([flags], RULES)) == {"load_inline_flags"}
+
+
+def test_kernelbench_style_requests_build_with_clean_argument_lists():
+    """The request a build gets holds the words only: g++ and nvcc never see an empty argument."""
+    from kevin.evaluation.builder import ExtensionRequest
+
+    req = ExtensionRequest.from_call({"name": "ext", "functions": ["f"], "cpp_sources": "int f();", "extra_cflags": [""],
+                                      "extra_cuda_cflags": ["-O3 --use_fast_math", None], "extra_ldflags": None})
+    assert (req.extra_cflags, req.extra_cuda_cflags, req.extra_ldflags) == ((), ("-O3", "--use_fast_math"), ())
+
+
+def test_honest_utilities_pass_the_text_rule():
+    """at::parallel_for and its kind, at::vec and dtype constants are no PyTorch compute; only the symbol check
+    decides compute, exactly, once compiled. A method name (v.exp(), acc.add()) says nothing about its object."""
+    source = """
+#include <torch/extension.h>
+#include <ATen/cpu/vec/vec.h>
+struct Acc { float s = 0; void add(float v) { s += v; } float sum() const { return s; } };
+torch::Tensor f(torch::Tensor x) {
+    using Vec = at::vec::Vectorized<float>;
+    auto v = Vec::loadu(x.data_ptr<float>()).exp();
+    at::vec::map([](Vec a) { return a.abs(); }, x.data_ptr<float>(), x.data_ptr<float>(), 8);
+    int64_t t = at::get_num_threads() + at::get_thread_num();
+    at::parallel_for(0, x.numel(), 1024, [&](int64_t b, int64_t e) { Acc a; for (int64_t i = b; i < e; ++i) a.add(1.f); });
+    TORCH_CHECK(x.scalar_type() == at::ScalarType::Float && t > 0);
+    auto y = at::empty_like(x, x.options().dtype(at::kFloat));
+    return y;
+}
+"""
+    assert cpp_rule_hits([source], RULES) == []
 
 
 def test_rules_are_data():

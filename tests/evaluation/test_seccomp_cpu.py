@@ -16,9 +16,10 @@ ALLOW = 0x7FFF0000
 X86_64, AARCH64, I386 = 0xC000003E, 0xC00000B7, 0x40000003
 
 
-def run_bpf(prog: list[tuple[int, int, int, int]], arch: int, nr: int) -> int:
-    """A classic-BPF interpreter for the four instructions the filter uses, over seccomp_data {nr, arch}."""
-    data = {0: nr, 4: arch}
+def run_bpf(prog: list[tuple[int, int, int, int]], arch: int, nr: int, arg0: int = 0) -> int:
+    """A classic-BPF interpreter for the four instructions the filter uses, over seccomp_data {nr, arch, args[0]}
+    (its low word, at offset 16 on little-endian)."""
+    data = {0: nr, 4: arch, 16: arg0 & 0xFFFFFFFF}
     acc, pc = 0, 0
     while True:
         code, jt, jf, k = prog[pc]
@@ -37,8 +38,11 @@ def run_bpf(prog: list[tuple[int, int, int, int]], arch: int, nr: int) -> int:
 
 @pytest.mark.parametrize("machine, arch, denied, allowed", [
     # ptrace, process_vm_readv, mount, unshare, bpf | read, write, mmap, ioctl, clone, getpid, openat
-    ("x86_64", X86_64, [101, 310, 165, 272, 321, 438], [0, 1, 9, 16, 56, 39, 257]),
-    ("aarch64", AARCH64, [117, 270, 40, 97, 280, 438], [63, 64, 222, 29, 220, 172, 56]),
+    # + name_to_handle_at, kcmp, syslog, perf_event_open, io_uring_setup/enter/register, process_madvise, modify_ldt
+    ("x86_64", X86_64, [101, 310, 165, 272, 321, 438, 303, 312, 103, 298, 425, 426, 427, 440, 154],
+     [0, 1, 9, 16, 56, 39, 257, 202, 10, 11, 435]),
+    ("aarch64", AARCH64, [117, 270, 40, 97, 280, 438, 264, 272, 116, 241, 425, 426, 427, 440],
+     [63, 64, 222, 29, 220, 172, 56, 98, 226, 215, 435]),
 ])
 def test_the_program_denies_the_list_and_allows_the_rest(machine, arch, denied, allowed):
     prog = seccomp_program(machine)
@@ -46,6 +50,18 @@ def test_the_program_denies_the_list_and_allows_the_rest(machine, arch, denied, 
         assert run_bpf(prog, arch, nr) == EPERM_VERDICT, nr
     for nr in allowed:
         assert run_bpf(prog, arch, nr) == ALLOW, nr
+
+
+@pytest.mark.parametrize("machine, arch, nr", [("x86_64", X86_64, 135), ("aarch64", AARCH64, 92)])
+def test_personality_may_be_asked_but_not_changed(machine, arch, nr):
+    """personality(0xffffffff) asks for the current persona, personality(0) sets plain Linux: both harmless. Any other
+    persona is refused: READ_IMPLIES_EXEC (0x0400000) would make every readable mapping executable, the heap too."""
+    prog = seccomp_program(machine)
+    assert run_bpf(prog, arch, nr, 0xFFFFFFFF) == ALLOW
+    assert run_bpf(prog, arch, nr, 0) == ALLOW
+    for persona in (0x0400000, 0x0040000, 0x0008, 1):  # READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, PER_LINUX32, other
+        assert run_bpf(prog, arch, nr, persona) == EPERM_VERDICT, hex(persona)
+    assert run_bpf(prog, arch, 39 if machine == "x86_64" else 172, 0x0400000) == ALLOW  # the argument matters only there
 
 
 def test_other_architectures_and_x32_are_denied():
@@ -92,7 +108,7 @@ PROBE = textwrap.dedent("""
         gate.wait()
         early["ptrace"] = call(PTRACE, 16, os.getppid(), 0, 0)
     t = threading.Thread(target=waiter); t.start()
-    PTRACE, VM_READV, UNSHARE, GETPID, MOUNT = map(int, sys.argv[1:6])
+    PTRACE, VM_READV, UNSHARE, GETPID, MOUNT, PERSONALITY, IO_URING, PERF = map(int, sys.argv[1:9])
     note = apply_seccomp()
     gate.set(); t.join()
     buf = ctypes.create_string_buffer(8)
@@ -103,6 +119,10 @@ PROBE = textwrap.dedent("""
     out["unshare"] = call(UNSHARE, 0x40000000)
     out["mount"] = call(MOUNT, 0, 0, 0, 0, 0)
     out["getpid"] = call(GETPID)
+    out["personality_query"] = call(PERSONALITY, 0xFFFFFFFF)
+    out["personality_exec"] = call(PERSONALITY, 0x0400000)
+    out["io_uring_setup"] = call(IO_URING, 8, ctypes.addressof(ctypes.create_string_buffer(120)))
+    out["perf_event_open"] = call(PERF, ctypes.addressof(ctypes.create_string_buffer(128)), 0, -1, -1, 0)
     out["thread_ptrace"] = early["ptrace"]
     pid = os.fork()
     if pid == 0:
@@ -115,13 +135,14 @@ PROBE = textwrap.dedent("""
 @pytest.mark.skipif(not sys.platform.startswith("linux") or os.uname().machine not in ("x86_64", "aarch64"),
                     reason="the filter is written for Linux on x86-64 and arm64")
 def test_the_filter_denies_in_a_real_process_its_threads_and_children():
-    numbers = {"x86_64": (101, 310, 272, 39, 165), "aarch64": (117, 270, 97, 172, 40)}[os.uname().machine]
+    numbers = {"x86_64": (101, 310, 272, 39, 165, 135, 425, 298), "aarch64": (117, 270, 97, 172, 40, 92, 425, 241)}[os.uname().machine]
     proc = subprocess.run([sys.executable, "-c", PROBE, *map(str, numbers)], capture_output=True, text=True, timeout=60,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 0, proc.stderr
     out = eval(proc.stdout.strip().splitlines()[-1])  # noqa: S307  (our own probe's repr of a dict of str/bool)
     assert out["note"] == ""
     denied = os.strerror(1)
-    for call in ("ptrace", "process_vm_readv", "unshare", "mount", "thread_ptrace"):
+    for call in ("ptrace", "process_vm_readv", "unshare", "mount", "thread_ptrace", "personality_exec", "io_uring_setup",
+                 "perf_event_open"):
         assert out[call] == denied, (call, out)
-    assert out["getpid"] == "ok" and out["child_denied"]
+    assert out["getpid"] == "ok" and out["child_denied"] and out["personality_query"] == "ok"
