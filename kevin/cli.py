@@ -368,6 +368,7 @@ def sft_cmd(
     """The optional warm start (the `sft` section): fine-tune the policy on the train split's reference solutions,
     in the answer format the prompts ask for. With sft.enabled false it only records that it did nothing."""
     import dataclasses
+    import time
 
     from kevin.config import RunConfig
     from kevin.pipeline import write_json
@@ -383,7 +384,7 @@ def sft_cmd(
         return
     from kevin.experiment.policies import load_model
     from kevin.tasks import TaskError, load_tasks, read_split
-    from kevin.training.sft import run_sft, sft_examples
+    from kevin.training.sft import fit_examples, run_sft, sft_examples
 
     try:
         chosen = read_split(split)
@@ -391,10 +392,30 @@ def sft_cmd(
         tasks = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in train_ids]
         examples = sft_examples(tasks, config.backend, profile=config.profile,
                                 system_prompt=config.rollout.system_prompt,
-                                include_example=config.rollout.include_example)
+                                include_example=config.rollout.include_example,
+                                prompt_style=config.rollout.prompt_style,
+                                data_dir=config.sft.data or None)
+        if config.experiment.torch_threads:  # as the training run: two threads on two busy cores are much slower
+            import torch
+
+            torch.set_num_threads(config.experiment.torch_threads)
         base = dataclasses.replace(config, sft=dataclasses.replace(config.sft, enabled=False))
         model, tokenizer = load_model(base)
+        dropped: dict[str, int] = {}
+        if config.sft.fit_response_limit:
+            examples, dropped = fit_examples(tokenizer, examples, config.max_response_tokens)
+            if dropped:
+                typer.echo(f"left out {len(dropped)} answers longer than max_response_tokens "
+                           f"({config.max_response_tokens}): {dropped}")
+            if not examples:
+                raise ValueError(f"no warm-start answer fits in max_response_tokens ({config.max_response_tokens}): "
+                                 "raise it, set sft.data to shorter answers (data/warmstart), or set "
+                                 "sft.fit_response_limit false")
+        started = time.monotonic()
         metrics = run_sft(config.sft, model, tokenizer, examples, out)
+        metrics["seconds"] = round(time.monotonic() - started, 1)
+        metrics["tasks"] = [e["task_id"] for e in examples]
+        metrics["left_out"] = dropped
     except (TaskError, FileNotFoundError, ValueError) as exc:
         _die(str(exc))
     write_json(out / "sft.json", {"enabled": True, **metrics})

@@ -44,6 +44,10 @@ class RolloutConfig(Settings):
     system_prompt: str = ""
     """Optional system message; empty sends the task as a single user message."""
 
+    prompt_style: str = "full"
+    """``full``: the recipe's prompt (rules and a one-shot example on the first turn); ``compact``: a short task
+    statement without the example, a few hundred tokens, for small models (``kevin.rollout.prompts``)."""
+
     prompt_opens_reasoning: bool | None = None
     """Whether the model's chat template opens the ``<think>`` block in the prompt (QwQ, the DeepSeek-R1
     distills and Qwen's thinking releases do), so a response starts inside its reasoning. null: read it off
@@ -67,6 +71,10 @@ class RolloutConfig(Settings):
         if self.prompt_opens_reasoning is not None and not isinstance(self.prompt_opens_reasoning, bool):
             raise ValueError(f"prompt_opens_reasoning must be true, false or null (read it from the chat template), "
                              f"got {self.prompt_opens_reasoning!r}")
+        from kevin.rollout.prompts import PROMPT_STYLES
+
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"rollout.prompt_style must be one of {list(PROMPT_STYLES)}, got {self.prompt_style!r}")
         if not isinstance(self.include_example, bool) or not isinstance(self.show_progress, bool):
             raise ValueError("include_example and show_progress must be true or false")
         if self.early_stop_speedup is not None:

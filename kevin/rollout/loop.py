@@ -269,7 +269,8 @@ def run_rollouts(
     _check_tasks(tasks)
     builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens, tokenizer=tokenizer,
                             count_tokens=count_tokens, profile=config.profile, include_example=config.include_example,
-                            system_prompt=config.system_prompt, reasoning_open=config.prompt_opens_reasoning)
+                            system_prompt=config.system_prompt, reasoning_open=config.prompt_opens_reasoning,
+                            style=config.prompt_style)
     trajectories = {(task.task_id, j): Trajectory(task_id=task.task_id, index=j)
                     for task in tasks for j in range(config.trajectories)}
     store = RolloutStore(out_dir, config, tasks) if out_dir is not None else None

@@ -87,6 +87,33 @@ _RESTART = """\
 Start your reasoning again from the beginning: use the feedback above to decide what to fix or what to
 speed up next, then write a complete new solution file (not a patch of the previous one)."""
 
+PROMPT_STYLES = ("full", "compact")
+"""``full``: the recipe's prompt (rules, one-shot example on the first turn; ~1,300 tokens with SmolLM2's
+tokenizer). ``compact``: for small models with short contexts: the task, one paragraph of instructions and the
+answer format, no example (a few hundred tokens). Later turns show the same attempts and feedback either way."""
+
+_COMPACT_HOW = {
+    "cuda": "CUDA kernels (`__global__` functions and C++ launchers) compiled with "
+            "`load_inline(name=..., cpp_sources=..., cuda_sources=..., functions=[...])`",
+    "cpu": "a C++ function (plain loops over `data_ptr<float>()` pointers, one thread) compiled with "
+           "`load_inline(name=..., cpp_sources=..., functions=[...])`",
+}
+
+_COMPACT_RULES = ("No PyTorch compute in forward or in C++ (only allocation such as torch::empty), no try/except, "
+                  "no `pass`, no imports besides torch and math.")
+
+_COMPACT_FORMAT = ("Reply with one or two sentences of reasoning, then the complete solution file in ONE ```python "
+                   "block, then a one-sentence summary.")
+
+
+def compact_base_prompt(task_source: str, backend: str) -> str:
+    """The ``compact`` style's task statement: what to write, in one paragraph, then the reference."""
+    _check_backend(backend)
+    return (f"Write `ModelNew`, a faster replacement for the PyTorch `Model` below: an nn.Module with the same "
+            f"constructor and forward signatures that returns the same outputs, computed by {_COMPACT_HOW[backend]}. "
+            f"{_COMPACT_RULES}\n\n{_fence(task_source)}")
+
+
 EXAMPLE_REFERENCE = '''\
 import torch
 import torch.nn as nn
@@ -218,6 +245,11 @@ def example_solution(backend: str) -> str:
     return _EXAMPLE_CUDA if backend == "cuda" else _EXAMPLE_CPU
 
 
+def _check_style(style: str) -> None:
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style must be one of {list(PROMPT_STYLES)}, got {style!r}")
+
+
 def _check_backend(backend: str) -> None:
     if backend not in _BACKEND_TEXT:
         raise ValueError(f"backend must be one of {sorted(_BACKEND_TEXT)}, got {backend!r}")
@@ -282,10 +314,15 @@ def _attempt_section(attempt: Attempt) -> str:
 
 
 def turn_user_message(task_source: str, backend: str, attempts: Sequence[Attempt], dropped: int = 0,
-                      include_example: bool = True) -> str:
-    """The user message of a turn: turn 0 when ``attempts`` is empty and nothing was dropped."""
+                      include_example: bool = True, style: str = "full") -> str:
+    """The user message of a turn: turn 0 when ``attempts`` is empty and nothing was dropped. ``style``
+    ``compact`` swaps the task statement and the answer format for short ones (no example)."""
+    _check_style(style)
     first_turn = not attempts and not dropped
-    parts = [base_prompt(task_source, backend, with_example=first_turn and include_example)]
+    if style == "compact":
+        parts = [compact_base_prompt(task_source, backend)]
+    else:
+        parts = [base_prompt(task_source, backend, with_example=first_turn and include_example)]
     if not first_turn:
         history = ["## Your previous attempts"]
         if dropped:
@@ -293,7 +330,7 @@ def turn_user_message(task_source: str, backend: str, attempts: Sequence[Attempt
         history.extend(_attempt_section(a) for a in attempts)
         parts.append("\n\n".join(history))
         parts.append(f"## Now\n{_RESTART}")
-    parts.append(_ANSWER_FORMAT)
+    parts.append(_COMPACT_FORMAT if style == "compact" else _ANSWER_FORMAT)
     return "\n\n".join(parts)
 
 
@@ -348,9 +385,12 @@ class PromptBuilder:
     reasoning_open: bool | None = None
     """Whether prompts end inside an open ``<think>`` block. None: read it off each prompt the tokenizer's
     chat template renders (no tokenizer: no). Set it when a server applies a template this side cannot see."""
+    style: str = "full"
+    """``full`` (the recipe's prompt) or ``compact`` (short, no example: small models), ``PROMPT_STYLES``."""
 
     def __post_init__(self) -> None:
         _check_backend(self.backend)
+        _check_style(self.style)
         if self.max_prompt_tokens < 1:
             raise ValueError("max_prompt_tokens must be a positive number of tokens")
         if self.count_tokens is None:
@@ -360,7 +400,8 @@ class PromptBuilder:
         return task.render(resolved_profile(self.backend, self.profile))
 
     def messages(self, task: Task, attempts: Sequence[Attempt], dropped: int = 0) -> Messages:
-        user = turn_user_message(self.task_source(task), self.backend, attempts, dropped, self.include_example)
+        user = turn_user_message(self.task_source(task), self.backend, attempts, dropped, self.include_example,
+                                 self.style)
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return msgs + [{"role": "user", "content": user}]
 

@@ -136,7 +136,8 @@ class TurnStages:
         self.builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens,
                                      tokenizer=tokenizer, count_tokens=count_tokens, profile=config.profile,
                                      include_example=config.include_example, system_prompt=config.system_prompt,
-                                     reasoning_open=config.prompt_opens_reasoning)
+                                     reasoning_open=config.prompt_opens_reasoning,
+                                     style=config.prompt_style)
         self.store = RolloutStore(self.out_dir, config, self.tasks,
                                   trajectory_indices=None if trajectory_indices is None else indices)
         self._trajectories = {(t.task_id, j): Trajectory(task_id=t.task_id, index=j)

@@ -130,7 +130,8 @@ class DistributedStep:
         self.builder = PromptBuilder(backend=rollout.backend, max_prompt_tokens=rollout.max_prompt_tokens,
                                      tokenizer=self.tokenizer, profile=rollout.profile,
                                      include_example=rollout.include_example, system_prompt=rollout.system_prompt,
-                                     reasoning_open=rollout.prompt_opens_reasoning)
+                                     reasoning_open=rollout.prompt_opens_reasoning,
+                                     style=rollout.prompt_style)
         check_policy(generate, trainer)
 
     @contextmanager

@@ -23,7 +23,9 @@ from typing import Any, Sequence
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
-__all__ = ["MODEL_DIR", "SFTConfig", "example_tokens", "reasoning_text", "sft_examples", "sft_model_dir", "summary_text", "run_sft"]
+__all__ = ["CONCISE_REASONING", "CONCISE_SUMMARY", "MODEL_DIR", "SFTConfig", "answer_tokens", "concise_solution_path",
+           "concise_tasks", "example_tokens", "fit_examples", "reasoning_text", "sft_examples", "sft_model_dir",
+           "summary_text", "run_sft"]
 
 MODEL_DIR = "model"
 """The fine-tuned model's folder inside ``sft.output_dir``."""
@@ -58,6 +60,17 @@ class SFTConfig(Settings):
     seed: int = 0
     """Seed of the data order and of any randomness in the model."""
 
+    data: str = ""
+    """Where the answers come from. "": the bundled reference solutions of every train task (long: 315-2,237
+    tokens with SmolLM2's tokenizer, comments and checks included). A folder (relative paths under the project
+    folder) holding ``<backend>/levelN/NAME.py``: our concise solutions (``data/warmstart``), for the train tasks
+    that have one, with a one-line reasoning and summary; the answers a small model can learn and finish within
+    a short response limit."""
+
+    fit_response_limit: bool = True
+    """Leave out the examples whose answer (with its end-of-sequence token) is longer than the run's
+    ``max_response_tokens``: the policy could never finish them in a rollout."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ValueError(f"sft.enabled must be true or false, got {self.enabled!r}")
@@ -70,6 +83,10 @@ class SFTConfig(Settings):
                                                                                       and self.lr > 0):
             raise ValueError(f"sft.lr must be a positive learning rate such as 1.0e-5 (YAML reads 1e-5 as text), "
                              f"got {self.lr!r}")
+        if not isinstance(self.data, str):
+            raise ValueError(f"sft.data must be a folder (or \"\" for the bundled references), got {self.data!r}")
+        if not isinstance(self.fit_response_limit, bool):
+            raise ValueError(f"sft.fit_response_limit must be true or false, got {self.fit_response_limit!r}")
         for name in ("batch_size", "max_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -98,25 +115,80 @@ def summary_text(backend: str) -> str:
             "the outputs and calls the compiled functions.")
 
 
+CONCISE_REASONING = {
+    "cpu": "I compute the forward with plain C++ loops over the raw float pointers, compiled by load_inline.",
+    "cuda": "I compute the forward with one CUDA kernel per step over the raw float pointers, compiled by load_inline.",
+}
+"""The reasoning of a concise warm-start answer (``sft.data``): one sentence, the same for every task."""
+
+CONCISE_SUMMARY = {
+    "cpu": "C++ loops compute the outputs; Python only calls the compiled function.",
+    "cuda": "CUDA kernels compute the outputs; Python only calls the compiled launcher.",
+}
+
+
+def concise_solution_path(data_dir: str | Path, task: Task, backend: str) -> Path:
+    """Where a concise solution of ``task`` lives: ``<data_dir>/<backend>/levelN/NAME.py``."""
+    return Path(data_dir) / backend / f"{task.task_id}.py"
+
+
+def concise_tasks(tasks: Sequence[Task], backend: str, data_dir: str | Path) -> list[Task]:
+    """The tasks of ``tasks`` that have a concise solution in ``data_dir``."""
+    return [t for t in tasks if concise_solution_path(data_dir, t, backend).is_file()]
+
+
 def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", system_prompt: str = "",
-                 include_example: bool = True) -> list[dict[str, Any]]:
-    """One conversational prompt-completion example per task that has a bundled reference solution: the
-    first-turn messages the rollout sends, and the answer (reasoning, the reference in a ```python block, a
-    summary). Raises FileNotFoundError naming the tasks without a reference."""
+                 include_example: bool = True, prompt_style: str = "full",
+                 data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """One conversational prompt-completion example per task: the first-turn messages the rollout sends
+    (``prompt_style`` as ``rollout.prompt_style``), and the answer (reasoning, the solution in a ```python block,
+    a summary). Without ``data_dir`` the solution is the task's bundled reference (FileNotFoundError naming the
+    tasks without one); with it, the task's concise solution there and the one-line reasoning and summary
+    (tasks without one are left out; FileNotFoundError if none has one)."""
     from kevin.rollout.prompts import PromptBuilder
     from kevin.rollout.replay import replay_response
     from kevin.tasks import bundled_solution_path
 
-    builder = PromptBuilder(backend, profile=profile, include_example=include_example, system_prompt=system_prompt)
-    missing = [t.task_id for t in tasks if not bundled_solution_path(t, backend).is_file()]
-    if missing:
-        raise FileNotFoundError(f"no bundled {backend} reference solution for {missing}")
+    builder = PromptBuilder(backend, profile=profile, include_example=include_example, system_prompt=system_prompt,
+                            style=prompt_style)
+    if data_dir is not None:
+        chosen = concise_tasks(tasks, backend, data_dir)
+        if not chosen:
+            raise FileNotFoundError(f"no concise {backend} solution in {Path(data_dir) / backend} for any of the "
+                                    f"{len(tasks)} tasks")
+        pairs = [(t, concise_solution_path(data_dir, t, backend), CONCISE_REASONING[backend], CONCISE_SUMMARY[backend])
+                 for t in chosen]
+    else:
+        missing = [t.task_id for t in tasks if not bundled_solution_path(t, backend).is_file()]
+        if missing:
+            raise FileNotFoundError(f"no bundled {backend} reference solution for {missing}")
+        pairs = [(t, bundled_solution_path(t, backend), reasoning_text(t, backend), summary_text(backend))
+                 for t in tasks]
     examples = []
-    for task in tasks:
-        source = bundled_solution_path(task, backend).read_text(encoding="utf-8")
-        answer = f"{reasoning_text(task, backend)}\n\n{replay_response(source, summary_text(backend))}"
-        examples.append({"prompt": builder.messages(task, []), "completion": [{"role": "assistant", "content": answer}]})
+    for task, path, reasoning, summary in pairs:
+        answer = f"{reasoning}\n\n{replay_response(path.read_text(encoding='utf-8'), summary)}"
+        examples.append({"prompt": builder.messages(task, []), "completion": [{"role": "assistant", "content": answer}],
+                         "task_id": task.task_id})
     return examples
+
+
+def answer_tokens(tokenizer: Any, example: dict[str, Any]) -> int:
+    """Tokens of an example's answer as a rollout would generate it: its text, plus the end-of-sequence token."""
+    eos = 1 if getattr(tokenizer, "eos_token_id", None) is not None else 0
+    return len(tokenizer.encode(example["completion"][-1]["content"], add_special_tokens=False)) + eos
+
+
+def fit_examples(tokenizer: Any, examples: Sequence[dict[str, Any]],
+                 max_response_tokens: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """(the examples whose answer fits in ``max_response_tokens``, {task id: answer tokens} of those left out)."""
+    kept, dropped = [], {}
+    for example in examples:
+        n = answer_tokens(tokenizer, example)
+        if n <= max_response_tokens:
+            kept.append(example)
+        else:
+            dropped[example.get("task_id", str(len(dropped)))] = n
+    return kept, dropped
 
 
 def example_tokens(tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[int]:
@@ -147,7 +219,8 @@ def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[di
         completion_only_loss=True, save_strategy="no", report_to=[], logging_steps=1, disable_tqdm=True,
         use_cpu=not torch.cuda.is_available(), bf16=False, fp16=False,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(list(examples)),
+    rows = [{"prompt": e["prompt"], "completion": e["completion"]} for e in examples]
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
                          processing_class=tokenizer)
     result = trainer.train()
     folder = out_dir / MODEL_DIR

@@ -16,7 +16,7 @@ from tests.conftest import REPO
 def test_profiles_layer_over_params_yaml():
     run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"], ["experiment.steps=3"])
     assert (run.experiment.name, run.experiment.steps, run.train.total_steps) == ("cpu-demo", 3, 3)
-    assert run.rollout.trajectories == 2 and run.max_response_tokens == run.sampling.max_new_tokens == 256
+    assert run.rollout.trajectories == 2 and run.max_response_tokens == run.sampling.max_new_tokens == 384
     assert run.train.lr == 2e-6  # params.yaml's value, which the profile leaves alone
     gpu = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "gpu.yaml"], ["policy.model=/models/q"])
     assert gpu.backend == gpu.evaluation.backend == "cuda" and gpu.rollout.trajectories == 16

@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = r"""
+#include <torch/extension.h>
+torch::Tensor run(torch::Tensor x, torch::Tensor w, torch::Tensor b, double scale) {
+    int M = x.size(0), K = x.size(1), N = w.size(0);
+    auto y = torch::empty({M, N}, x.options());
+    float *X = x.data_ptr<float>(), *W = w.data_ptr<float>(), *B = b.data_ptr<float>(), *Y = y.data_ptr<float>();
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            float v = B[j];
+            for (int k = 0; k < K; k++) v += X[i * K + k] * W[j * K + k];
+            Y[i * N + j] = 0.5f * v * (1 + std::erf(v * 0.70710678f)) * (float)scale;
+        }
+    }
+    return y;
+}
+"""
+ext = load_inline(name="ws_linear_gelu_scale", cpp_sources=src, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features, scale):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.scale = scale
+
+    def forward(self, x):
+        return ext.run(x, self.linear.weight, self.linear.bias, self.scale)

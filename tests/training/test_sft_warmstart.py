@@ -1,0 +1,116 @@
+"""The concise warm-start data (data/warmstart/cpu) and how the warm start uses it: every answer is our own
+short ModelNew solution of a bundled task, parses back to it, passes the static rules, and those that the CPU
+profile trains on fit its response limit with SmolLM2's tokenizer. (Each file is judged `correct` by the real
+evaluator: the command and the result are in docs/learning.md, "Warm start on CPU"; compiling 25 files takes
+minutes, too long for this file.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+DATA = REPO / "data" / "warmstart"
+FILES = sorted((DATA / "cpu").rglob("*.py"))
+
+
+@pytest.fixture(scope="module")
+def suite():
+    from kevin.tasks import load_bundled_suite
+
+    return {t.task_id: t for t in load_bundled_suite()}
+
+
+def _task_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.stem}"
+
+
+def test_every_file_is_a_short_solution_of_a_bundled_task_that_passes_the_static_rules(suite):
+    from kevin.evaluation.rules import load_rules, static_hits
+
+    assert len(FILES) >= 20
+    rules = load_rules()
+    for path in FILES:
+        task = suite[_task_id(path)]
+        source = path.read_text()
+        assert "class ModelNew(nn.Module)" in source and "load_inline(" in source, path
+        assert len(source) <= 1300, (path, len(source))  # the bundled references: up to ~7,000 characters
+        assert static_hits(source, "cpu", rules, task.source) == [], path
+
+
+def test_each_answer_parses_back_to_its_solution(suite):
+    from kevin.rollout.parsing import parse_response
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.training.sft import CONCISE_REASONING, CONCISE_SUMMARY, sft_examples
+
+    tasks = list(suite.values())
+    examples = sft_examples(tasks, "cpu", prompt_style="compact", data_dir=DATA)
+    assert [e["task_id"] for e in examples] == sorted(_task_id(p) for p in FILES)
+    for example in examples:
+        task = suite[example["task_id"]]
+        assert example["prompt"] == PromptBuilder("cpu", style="compact").messages(task, [])
+        parsed = parse_response(example["completion"][0]["content"])
+        assert not parsed.parse_error
+        assert parsed.kernel.strip() == (DATA / "cpu" / f"{task.task_id}.py").read_text().strip()
+        assert parsed.reasoning.strip() == CONCISE_REASONING["cpu"]
+        assert parsed.summary.strip() == CONCISE_SUMMARY["cpu"]
+    with pytest.raises(FileNotFoundError, match="no concise cpu solution"):
+        sft_examples(tasks[:0] + [suite["level1/01_relu"]], "cpu", data_dir=DATA)  # an eval task: none written
+
+
+class WordTokenizer:
+    eos_token_id = 0
+
+    def encode(self, text, add_special_tokens=False):
+        return text.split()
+
+
+def test_answers_longer_than_the_response_limit_are_left_out(suite):
+    from kevin.training.sft import answer_tokens, fit_examples, sft_examples
+
+    examples = sft_examples(list(suite.values()), "cpu", data_dir=DATA)
+    sizes = {e["task_id"]: answer_tokens(WordTokenizer(), e) for e in examples}
+    limit = sorted(sizes.values())[len(sizes) // 2]
+    kept, dropped = fit_examples(WordTokenizer(), examples, limit)
+    assert {e["task_id"] for e in kept} == {t for t, n in sizes.items() if n <= limit}
+    assert dropped == {t: n for t, n in sizes.items() if n > limit}
+
+
+def _embedded_tokenizer():
+    """SmolLM2's tokenizer from the converted model folder that any run of the embedded model leaves in the cache;
+    None when no run made it yet (converting takes about a minute)."""
+    from kevin.evaluation.config import default_cache_dir
+    from kevin.policy import embedded
+
+    try:
+        folder = default_cache_dir() / "models" / f"smollm2-135m-instruct-{embedded._package_version()}-c{embedded.CONVERSION}"
+    except FileNotFoundError:
+        return None
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def test_the_cpu_profile_trains_on_a_dozen_level1_answers_that_fit_its_response_limit(suite):
+    from kevin.config import RunConfig
+    from kevin.training.sft import answer_tokens, fit_examples, sft_examples
+
+    tokenizer = _embedded_tokenizer()
+    if tokenizer is None:
+        pytest.skip("the embedded model's converted folder is not cached (any `make run` or `kevin train` makes it)")
+    run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"])
+    assert run.sft.enabled and run.sft.data == "data/warmstart" and run.rollout.prompt_style == "compact"
+    examples = sft_examples(list(suite.values()), "cpu", prompt_style="compact", data_dir=REPO / run.sft.data)
+    kept, dropped = fit_examples(tokenizer, examples, run.max_response_tokens)
+    kept_ids = {e["task_id"] for e in kept}
+    assert len(kept) >= 12, dropped
+    assert {"level1/02_gelu", "level1/03_sigmoid", "level1/04_leaky_relu", "level1/05_softplus",
+            "level1/30_cumsum"} <= kept_ids
+    assert max(answer_tokens(tokenizer, e) for e in kept) <= run.max_response_tokens
+    from kevin.training.sft import example_tokens
+
+    assert max(example_tokens(tokenizer, kept)) <= run.sft.max_length
