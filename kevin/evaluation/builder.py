@@ -431,6 +431,64 @@ def ensure_glue(toolchain: Toolchain) -> str:
     return ""
 
 
+LINK_BASELINE = "link_baseline.json"
+"""What every library of the toolchain imports and holds whatever its candidate wrote (``ensure_link_baseline``)."""
+_BASELINE_CPP = "torch::Tensor kevin_baseline_zero(torch::Tensor x);\n"
+_BASELINE_CPU = "torch::Tensor kevin_baseline_zero(torch::Tensor x) { x.data_ptr<float>()[0] = 0.f; return x; }\n"
+# A trivial honest kernel that touches the runtime calls kernels commonly make, so a static part of a runtime
+# library the link pulls in for them is in the baseline too.
+_BASELINE_CUDA = r"""
+__global__ void kevin_baseline_fill(float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 0.f; }
+torch::Tensor kevin_baseline_zero(torch::Tensor x) {
+  int device = 0;
+  cudaGetDevice(&device);
+  cudaMemsetAsync(x.data_ptr<float>(), 0, 4, 0);
+  kevin_baseline_fill<<<1, 32>>>(x.data_ptr<float>(), 1);
+  cudaMemcpyAsync(x.data_ptr<float>(), x.data_ptr<float>(), 4, cudaMemcpyDeviceToDevice, 0);
+  cudaStreamSynchronize(0);
+  cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  return x;
+}
+"""
+
+
+def ensure_link_baseline(toolchain: Toolchain) -> str:
+    """Build a trivial candidate's library with the toolchain's own commands into the header folder and write what
+    it imports and holds (``symbols.LinkBaseline``) to ``LINK_BASELINE``, once per toolchain, on the trusted side.
+    Returns '' or why not (then libraries are judged without a baseline: stricter, never looser)."""
+    from kevin.evaluation.rules import load_rules
+    from kevin.evaluation.symbols import LinkBaseline
+
+    folder = Path(toolchain.pch_dir)
+    target = folder / LINK_BASELINE
+    if target.is_file():
+        return ""
+    cuda = toolchain.backend == "cuda"
+    req = ExtensionRequest(name="kevin_link_baseline", cpp_sources=(_BASELINE_CPP if cuda else _BASELINE_CPU,),
+                           cuda_sources=(_BASELINE_CUDA,) if cuda else (), functions=("kevin_baseline_zero",))
+    out = folder / "link_baseline"
+    shutil.rmtree(out, ignore_errors=True)
+    try:
+        built = build_extension(req, toolchain, out, jobs=1)
+    except CompileFailure as exc:
+        return f"no link baseline: {str(exc)[-800:]}"
+    baseline = LinkBaseline.of_library(out / req.dir_name(toolchain) / built.library, load_rules(None)["native_symbols"])
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(baseline.to_json())
+    os.replace(tmp, target)
+    shutil.rmtree(out, ignore_errors=True)
+    return ""
+
+
+def load_link_baseline(toolchain: Toolchain):  # -> symbols.LinkBaseline | None (imported late: no cycle)
+    """The toolchain's ``LinkBaseline``, or None when ``ensure_link_baseline`` could not build one."""
+    from kevin.evaluation.symbols import LinkBaseline
+
+    path = Path(toolchain.pch_dir) / LINK_BASELINE
+    return LinkBaseline.from_json(path.read_text()) if path.is_file() else None
+
+
 def prepare_headers(toolchain: Toolchain) -> str:
     """Write and precompile both headers into ``toolchain.pch_dir``, build our registration object
     (``ensure_glue``) and list the identifiers only the full headers declare (``fallback_needed``): once per
@@ -450,6 +508,9 @@ def prepare_headers(toolchain: Toolchain) -> str:
         glue = ensure_glue(toolchain)  # after the narrow header is precompiled: it compiles in a second
         if glue:
             raise RuntimeError(glue)  # without it no library can be linked: the evaluator cannot run
+        baseline = ensure_link_baseline(toolchain)
+        if baseline:
+            notes.append(baseline)
         listing = folder / "full_only_identifiers.txt"
         if not listing.exists():
             full_only = _identifiers(toolchain, False) - _identifiers(toolchain, True)

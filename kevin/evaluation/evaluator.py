@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from kevin.evaluation.builder import (BUILDER_VERSION, MAX_COMPILE_JOBS, REGISTRATION_MARKER, Toolchain, ensure_glue,
-                                      ensure_headers, kernel_names, prepare_headers)
+                                      ensure_headers, ensure_link_baseline, kernel_names, load_link_baseline,
+                                      prepare_headers)
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
@@ -204,6 +205,7 @@ class Evaluator:
         self._baseline_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._toolchain: Toolchain | None = None
+        self._link_baseline = None  # builder.load_link_baseline: what every library of the toolchain holds
         self._judges: dict[str, JudgeClient] = {}
         self._judge_locks: dict[str, threading.Lock] = {}
         self._compile_locks: dict[str, threading.Lock] = {}
@@ -282,8 +284,10 @@ class Evaluator:
                     glue = ensure_glue(toolchain)  # every library links it, precompiled header or not
                     if glue:
                         raise RuntimeError(glue)
+                    note = ensure_link_baseline(toolchain)
                 if note:
                     _log.warning("%s (compiles will be slower)", note)
+                self._link_baseline = load_link_baseline(toolchain)
                 self._toolchain = toolchain
             return self._toolchain
 
@@ -535,7 +539,8 @@ class Evaluator:
 
     def _adopt(self, staging: Path, key: str, facts: CompileFacts) -> Compiled:
         """Check what a compile job left in its staging folder and move it into the cache (trusted side)."""
-        hits = library_hits(staging, self.rules["native_symbols"], self.config.allowed_runtime_ops)
+        hits = library_hits(staging, self.rules["native_symbols"], self.config.allowed_runtime_ops,
+                            self._link_baseline)
         sources = sorted(p for p in staging.rglob("*") if p.name in ("main.cpp", "cuda.cu") and p.is_file() and not p.is_symlink())
         texts = {p: _candidate_text(p) for p in sources}
         hits += cpp_rule_hits(list(texts.values()), self.rules)

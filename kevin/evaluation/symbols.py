@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 import re
+import json
 import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -389,11 +390,38 @@ def _strict_verdict(name: str, rule: _Rule, own: set[str], runtime: frozenset[st
             "PyTorch functions a kernel may call")
 
 
+@dataclass(frozen=True)
+class LinkBaseline:
+    """What every library of one toolchain holds whatever its candidate wrote: the imports and the instructions
+    our registration object, the C runtime's start files and the runtime libraries the link adds bring in
+    (the CUDA runtime's static parts import ``syscall``, ``dlopen`` ...). Read off a library built from a trivial
+    candidate on the trusted side (``builder.ensure_link_baseline``); a candidate adds nothing to the link
+    (flags that would are refused), so at the library level only what exceeds this is the candidate's."""
+
+    imports: frozenset[str] = frozenset()
+    instructions: frozenset[str] = frozenset()
+    """Mnemonics of the forbidden instructions found in the trivial library."""
+
+    @classmethod
+    def of_library(cls, path: str | Path, rule: dict[str, Any]) -> "LinkBaseline":
+        info = read_elf_symbols(path, code=True)
+        found = {h.message.split("`", 2)[1].split()[0] for h in instruction_hits(info, rule, Path(path).name)}
+        return cls(frozenset(info.undefined), frozenset(found))
+
+    def to_json(self) -> str:
+        return json.dumps({"imports": sorted(self.imports), "instructions": sorted(self.instructions)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "LinkBaseline":
+        data = json.loads(text)
+        return cls(frozenset(data["imports"]), frozenset(data["instructions"]))
+
+
 def symbol_hits(info: ElfSymbols, rule: dict[str, Any], allowed_ops: Iterable[str], filename: str,
-                calls: bool = True, own: Iterable[str] = ()) -> list[RuleHit]:
+                calls: bool = True, own: Iterable[str] = (), baseline: LinkBaseline | None = None) -> list[RuleHit]:
     """Rule hits (rule ``native_symbols``) for a file: the calls of a candidate's object file (``calls``: judged
     strictly, see the module's docstring; ``own``: names its sibling objects define), or the forbidden classes
-    a library calls, and the libraries it needs."""
+    a library calls beyond what every library of the toolchain calls (``baseline``), and the libraries it needs."""
     if not rule.get("enabled", True):
         return []
     compiled = _Rule.of(rule, allowed_ops)
@@ -414,6 +442,8 @@ def symbol_hits(info: ElfSymbols, rule: dict[str, Any], allowed_ops: Iterable[st
                 hits.append(RuleHit("native_symbols", f"{filename} defines {demangle(name)} ({what})"))
     else:
         for name in info.undefined:
+            if baseline is not None and name in baseline.imports:
+                continue
             what = _forbidden_class(name, mangled_scope(name), compiled, library=True)
             if what:
                 hits.append(RuleHit("native_symbols", f"{filename} calls {demangle(name)} ({what})"))
@@ -453,10 +483,11 @@ def _sweep(md: Any, code: bytes, start: int, stop_at: set[int] | None) -> Iterat
         pos = last if last > pos else pos + 1
 
 
-def instruction_hits(info: ElfSymbols, rule: dict[str, Any], filename: str) -> list[RuleHit]:
+def instruction_hits(info: ElfSymbols, rule: dict[str, Any], filename: str,
+                     ignore: frozenset[str] = frozenset()) -> list[RuleHit]:
     """Forbidden instructions in ``info``'s executable sections (read with ``code=True``): each section is
     disassembled from its start, and again from every function that starts where the first pass was not at an
-    instruction boundary."""
+    instruction boundary. ``ignore``: mnemonics not reported (a library's baseline; never a candidate object's)."""
     if not rule.get("enabled", True) or not info.code:
         return []
     md, arch = _disassembler(info.machine)
@@ -468,7 +499,7 @@ def instruction_hits(info: ElfSymbols, rule: dict[str, Any], filename: str) -> l
 
         def look(offset: int, mnemonic: str, operands: str) -> None:
             for mnemonics, operand_pattern, what in checks:
-                if mnemonic in mnemonics and (operand_pattern is None or operand_pattern.search(operands)):
+                if mnemonic in mnemonics and mnemonic not in ignore and (operand_pattern is None or operand_pattern.search(operands)):
                     found.setdefault(offset, (mnemonic, operands, what))
 
         for offset, mnemonic, operands in _sweep(md, code, 0, None):
@@ -504,7 +535,8 @@ def demangle(name: str) -> str:
     return out[:200] or name
 
 
-def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str]) -> list[RuleHit]:
+def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str],
+                 baseline: LinkBaseline | None = None) -> list[RuleHit]:
     """Hits for everything a compile job left in ``folder`` (its staging folder).
 
     Object files are the candidate's own translation units (our registration object is linked from the header
@@ -529,9 +561,11 @@ def library_hits(folder: Path, rule: dict[str, Any], allowed_ops: Iterable[str])
             own.setdefault(path.parent, set()).update(info.defined)
     for path, info in files:
         is_object = path.suffix == ".o"
-        hits.extend(symbol_hits(info, rule, allowed_ops, path.name, calls=is_object, own=own.get(path.parent, ())))
+        hits.extend(symbol_hits(info, rule, allowed_ops, path.name, calls=is_object, own=own.get(path.parent, ()),
+                                baseline=baseline))
+        ignore = baseline.instructions if baseline is not None and not is_object else frozenset()
         try:
-            hits.extend(instruction_hits(info, rule, path.name))
+            hits.extend(instruction_hits(info, rule, path.name, ignore))
         except ValueError as exc:
             hits.append(RuleHit("native_symbols", f"{path.name}: {exc}"))
     if not any(p.suffix == ".o" for p in folder.rglob("*.o")) and any(p.suffix == ".so" for p in folder.rglob("*.so")):

@@ -126,8 +126,11 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
     baselines = f"{cache_dir}/baselines.json"
     return {
         # The timed loop replaced: every begin/end pair wraps an empty region and the real call runs after its end
-        # mark. The judge took the outputs at the end mark, so every timed call it compares is stale.
-        "native_empty_timed_regions": (c(native(NO_INTEGRITY + EMPTY_TIMED_REGIONS) + body, name="h_regions"), {"incorrect"}),
+        # mark. The judge took the outputs at the end mark, so every timed call it compares is stale; where the
+        # evaluator's clock sees the work between the marks first (on the H200 the hand-over to the next begin is
+        # inside its window), the reported times disagree with it.
+        "native_empty_timed_regions": (c(native(NO_INTEGRITY + EMPTY_TIMED_REGIONS) + body, name="h_regions"),
+                                       {"incorrect", "rule_violation"}),
         # A check plan looked for in the job's own files (the old harness found the spot-checked calls there) and
         # only those calls computed; the others return a copy of the input. The plan exists only in the judge now.
         "native_read_check_plan": (c(native(NO_INTEGRITY + READ_CHECK_PLAN) + body, name="h_plan"), {"incorrect"}),

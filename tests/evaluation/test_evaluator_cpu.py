@@ -91,7 +91,7 @@ torch::Tensor relu_forward(torch::Tensor x) {
 }
 torch::Tensor relu_forward_impl(torch::Tensor x) {""")
     r = judge(evaluator, relu_task, cpp_solution(body, name="t_cache"))
-    assert r.status is Status.INCORRECT and r.score == 0.0
+    assert r.status is Status.INCORRECT and r.score == 0.0, r.error
 
 
 def test_tensor_arithmetic_in_python_is_caught_at_run_time(evaluator, relu_task):

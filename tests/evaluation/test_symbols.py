@@ -12,8 +12,8 @@ import pytest
 
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
-from kevin.evaluation.symbols import (ElfSymbols, aten_op_of, instruction_hits, library_hits, mangled_scope, read_elf_symbols,
-                                      runtime_exports, symbol_hits)
+from kevin.evaluation.symbols import (ElfSymbols, LinkBaseline, aten_op_of, instruction_hits, library_hits, mangled_scope,
+                                      read_elf_symbols, runtime_exports, symbol_hits)
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -208,7 +208,7 @@ def test_a_candidates_object_may_not_import(name, what):
     "_ZN2at4_ops19empty_memory_format4callEN3c108ArrayRefINS2_6SymIntEEESt8optionalINS2_10ScalarTypeEE",
     "_ZN3c106detail12infer_schema20make_function_schemaENS_8ArrayRefINS1_11ArgumentDefEEES4_",
     "_ZN5torch11CppFunctionD1Ev", "_ZN3c1010TensorType3getEv", "_ZN2at15get_num_threadsEv",
-    "_ZN2at8internal21lazy_init_num_threadsEv", "_ZN3c1013ParallelGuardC1Eb", "_ZN3c104cuda20getCurrentCUDAStreamEa", "_ZNK2at6Tensor2toEN3c1013TensorOptionsEbbSt8optionalINS1_12MemoryFormatEE",
+    "_ZN2at8internal21lazy_init_num_threadsEv", "_ZN3c1013ParallelGuardC1Eb", "_ZN3c104cuda20getCurrentCUDAStreamEa", "_ZN3c1021warnDeprecatedDataPtrEv", "_ZNK2at6Tensor2toEN3c1013TensorOptionsEbbSt8optionalINS1_12MemoryFormatEE",
 ])
 def test_a_candidates_object_may_import(name):
     assert verdict(name) == ""
@@ -289,3 +289,41 @@ def test_without_the_disassembler_there_is_no_evaluation(monkeypatch):
     info = ElfSymbols(machine=62, code=[(".text", 0, b"\x90", [])])
     with pytest.raises(RuntimeError, match="capstone"):
         instruction_hits(info, RULE, "x.o")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86-64 instructions")
+def test_what_a_trusted_link_input_brings_is_discounted_in_the_library_only(tmp_path):
+    """A runtime archive the build links (the CUDA runtime's static part imports `syscall`) is in every library of
+    the toolchain: the library level discounts what a trivial library of the same link holds, the candidate's own
+    object is still held to everything."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "rt.c").write_text("long rt_tid(void) { extern long syscall(long, ...); return syscall(186); }\n"
+                                  "void rt_raw(void) { __asm__ volatile(\"syscall\"); }\n")
+    subprocess.run(["cc", "-c", "-fPIC", "rt.c", "-o", "rt.o"], cwd=runtime, check=True, capture_output=True)
+    subprocess.run(["ar", "rcs", "librt_static.a", "rt.o"], cwd=runtime, check=True, capture_output=True)
+
+    def linked(folder: Path, source: str) -> Path:
+        folder.mkdir()
+        (folder / "k.c").write_text(source)
+        subprocess.run(["cc", "-c", "-fPIC", "k.c", "-o", "k.o"], cwd=folder, check=True, capture_output=True)
+        subprocess.run(["cc", "-shared", "k.o", "-Wl,--whole-archive", str(runtime / "librt_static.a"),
+                        "-Wl,--no-whole-archive", "-o", "k.so"], cwd=folder, check=True, capture_output=True)
+        return folder / "k.so"
+
+    trivial = linked(tmp_path / "trivial", "float kevin_zero(void) { return 0.f; }\n")
+    baseline = LinkBaseline.of_library(trivial, RULE)
+    assert "syscall" in baseline.imports and baseline.instructions == {"syscall"}
+    assert LinkBaseline.from_json(baseline.to_json()) == baseline
+
+    honest = linked(tmp_path / "honest", HONEST).parent
+    without = [h.message for h in library_hits(honest, RULE, OPS)]
+    assert any("k.so calls syscall" in m for m in without) and any("`syscall`" in m for m in without)
+    assert library_hits(honest, RULE, OPS, baseline) == []
+
+    hostile = linked(tmp_path / "hostile", SYSCALL.replace("long f(", "long g(") +
+                     "long h(void) { extern long syscall(long, ...); return syscall(39); }\n").parent
+    messages = [h.message for h in library_hits(hostile, RULE, OPS, baseline)]
+    assert any("k.o calls syscall" in m for m in messages), messages
+    assert any(m.startswith("k.o contains the instruction `syscall`") for m in messages), messages
+    assert not any(m.startswith("k.so") for m in messages), messages
