@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shlex
@@ -467,7 +468,7 @@ def ensure_link_baseline(toolchain: Toolchain) -> str:
     cuda = toolchain.backend == "cuda"
     req = ExtensionRequest(name="kevin_link_baseline", cpp_sources=(_BASELINE_CPP if cuda else _BASELINE_CPU,),
                            cuda_sources=(_BASELINE_CUDA,) if cuda else (), functions=("kevin_baseline_zero",))
-    out = folder / "link_baseline"
+    out = folder / f"link_baseline.{os.getpid()}"  # evaluators of other processes may build it at once
     shutil.rmtree(out, ignore_errors=True)
     try:
         built = build_extension(req, toolchain, out, jobs=1)
@@ -510,7 +511,9 @@ def prepare_headers(toolchain: Toolchain) -> str:
             raise RuntimeError(glue)  # without it no library can be linked: the evaluator cannot run
         baseline = ensure_link_baseline(toolchain)
         if baseline:
-            notes.append(baseline)
+            # Not a note about speed (the caller's notes say compiles will be slower): libraries are then judged
+            # without a baseline, stricter. A machine that cannot link (no CUDA libraries) still compiles objects.
+            logging.getLogger(__name__).warning("%s (libraries are judged without it)", baseline)
         listing = folder / "full_only_identifiers.txt"
         if not listing.exists():
             full_only = _identifiers(toolchain, False) - _identifiers(toolchain, True)

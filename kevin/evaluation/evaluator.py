@@ -284,7 +284,9 @@ class Evaluator:
                     glue = ensure_glue(toolchain)  # every library links it, precompiled header or not
                     if glue:
                         raise RuntimeError(glue)
-                    note = ensure_link_baseline(toolchain)
+                    baseline = ensure_link_baseline(toolchain)
+                    if baseline:
+                        _log.warning("%s (libraries are judged without it)", baseline)
                 if note:
                     _log.warning("%s (compiles will be slower)", note)
                 self._link_baseline = load_link_baseline(toolchain)
