@@ -485,9 +485,37 @@ def _raw(value: Any) -> str:
     return "no value in the record" if value is _ABSENT else f"recorded as {value!r}"
 
 
+# The other JSONL records a run writes beside its turns, by the fields only they carry: a file of these given as
+# rollouts would fail every row, so it is named instead.
+_OTHER_RECORDS = (
+    ({"advantage", "completion_token_ids"}, "training samples (a step's samples.jsonl)"),
+    ({"candidate_id", "status"}, "verdicts (rollout/verdicts_T.jsonl)"),
+    ({"kernel", "parse_error"}, "parsed responses (rollout/parsed_T.jsonl)"),
+    ({"text", "token_ids"}, "generated responses (rollout/generated_T.jsonl)"),
+)
+
+
+def other_record_kind(lines: Sequence[tuple[int, Any]]) -> str | None:
+    """What a JSONL file holds when no record of it is a turn (nor a trajectory of turns) and its records are all
+    of another kind a run writes; None otherwise (turn files, and files of no known kind, go to the suite)."""
+    records = [data for _, data in lines if isinstance(data, dict)]
+    if not records or any("result" in r or isinstance(r.get("turns"), list) for r in records):
+        return None
+    for fields, kind in _OTHER_RECORDS:
+        if all(fields <= r.keys() for r in records):
+            return kind
+    return None
+
+
 def check_rollouts(rows: str | Path | Sequence[Mapping[str, Any]]) -> CheckReport:
-    """Run the rollout suite over a JSONL file of Turn records (or over the records as dicts)."""
+    """Run the rollout suite over a JSONL file of Turn records (or over the records as dicts). A file of another
+    record kind a run writes (samples, verdicts ...) is a ``ValueError`` that names the kind."""
     lines = read_rollout_lines(rows) if isinstance(rows, (str, Path)) else list(enumerate(rows, 1))
+    kind = other_record_kind(lines)
+    if kind is not None:
+        raise ValueError(f"{rows if isinstance(rows, (str, Path)) else 'the records'} hold {kind}, not rollout turns: "
+                         "give a turns file (a step's rollout/turn_T.jsonl, or an evaluation's "
+                         "rollouts/<split>/turn_T.jsonl)")
     return run_checks("rollouts", rollout_frame(lines), rollout_checks(), ROLLOUT_ID_COLUMNS)
 
 

@@ -808,6 +808,7 @@ def plot_history(
     """
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import MaxNLocator
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("plot_history needs matplotlib; pip install matplotlib") from exc
 
@@ -833,6 +834,7 @@ def plot_history(
                 ax.axvline(alert.step, color="darkred" if alert.should_stop else "orange", alpha=0.4, linewidth=1)
         ax.set_ylabel(metric, fontsize=8)
     axes[-1].set_xlabel("step")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.2, 0.4 ... ticks
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig

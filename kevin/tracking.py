@@ -492,6 +492,7 @@ def steps_table_markdown(history: Mapping[str, Mapping[int, float]], columns: Se
 def _series_plot(series: Mapping[str, Mapping[int, float]], title: str, ylabel: str,
                  thresholds: Mapping[str, float] | None = None):
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.subplots()
@@ -504,6 +505,7 @@ def _series_plot(series: Mapping[str, Mapping[int, float]], title: str, ylabel: 
         ax.axhline(value, color="red", linestyle="--", linewidth=1, label=label)
     ax.set_title(title)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.2, 0.4 ... ticks
     ax.set_ylabel(ylabel)
     if series:
         ax.legend(fontsize=7)

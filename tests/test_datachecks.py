@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from kevin.cli import app
 from kevin.datachecks import check_rollouts, check_split
 from kevin.records.evaluation import EvalResult, Status
-from kevin.records.rollout import Turn, group_trajectories, save_records, save_turns
+from kevin.records.rollout import TrainingSample, Turn, group_trajectories, save_records, save_turns
 from kevin.tasks import SplitConfig, make_split, write_split
 from tests.conftest import kernelbench_task_source, write_kernelbench_dir
 
@@ -210,6 +210,24 @@ def test_broken_lines_and_missing_fields_are_reported_once(tmp_path):
     bad_line = next(f for f in report.failures if f.description == "every line is a JSON turn record")
     assert bad_line.rows[0].detail.startswith("not valid JSON (")
     assert not check_rollouts([]).success  # an empty batch is not a batch
+
+
+def test_a_file_of_another_record_kind_is_named_not_failed_row_by_row(tmp_path):
+    samples = [TrainingSample([1, 2], [3], None, 0.5, 0.25, "level1/a", 0, t).to_dict() for t in range(2)]
+    path = tmp_path / "samples.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in samples))
+    with pytest.raises(ValueError, match=r"samples.jsonl hold training samples .*not rollout turns: give a turns file"):
+        check_rollouts(path)
+    verdicts = [t.result.to_dict() for t in batch()]
+    with pytest.raises(ValueError, match="hold verdicts"):
+        check_rollouts(verdicts)
+    r = runner.invoke(app, ["validate", "--rollouts", str(path)])
+    assert r.exit_code != 0 and "hold training samples" in r.output, r.output
+    # A turns file with one record of another kind in it is still a turns file: that row fails, named.
+    mixed = rows_of(batch())[:3] + samples[:1]
+    assert set(failed(check_rollouts(mixed))) == {
+        "every turn holds its response text", "every turn has a verdict status", "every score is a number (not NaN)",
+        "every speedup is a number (not NaN)", "exactly one response per (task, trajectory, turn)"}
 
 
 # ------------------------------------------------------------------------------------------ command line

@@ -431,3 +431,5 @@ def test_plot_history(tmp_path):
     fig = plot_history(mon.history, config=mon.config, alerts=mon.alerts, path=str(out))
     assert out.stat().st_size > 0
     assert len(fig.axes) == len([k for k in mon.history[0] if k not in ("step", "n_responses")])
+    ticks = [t for t in fig.axes[-1].get_xticks() if -0.5 <= t <= 2.5]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks  # steps are whole numbers

@@ -44,6 +44,30 @@ def _sync(device: torch.device) -> None:
         _cuda_synchronize(device)
 
 
+class _CallTimer:
+    """One call's time: CUDA events around the call and a device synchronisation (work left running counts) on
+    cuda, the monotonic clock on cpu."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        cuda = device.type == "cuda"
+        self.start = _CudaEvent(enable_timing=True) if cuda else None
+        self.end = _CudaEvent(enable_timing=True) if cuda else None
+
+    def call(self, fn: Callable[..., Any], args: Sequence[Any]) -> tuple[Any, float]:
+        """(``fn(*args)``, its time in ms)."""
+        if self.start is not None:
+            self.start.record()
+            out = fn(*args)
+            _cuda_synchronize(self.device)
+            self.end.record()
+            self.end.synchronize()
+            return out, self.start.elapsed_time(self.end)
+        t0 = _perf_counter_ns()
+        out = fn(*args)
+        return out, (_perf_counter_ns() - t0) / 1e6
+
+
 def time_callable(
     fn: Callable[..., Any],
     inputs: list[Any],
@@ -67,25 +91,14 @@ def time_callable(
     _sync(device)
 
     samples: list[float] = []
-    use_events = device.type == "cuda"
-    start_event = _CudaEvent(enable_timing=True) if use_events else None
-    end_event = _CudaEvent(enable_timing=True) if use_events else None
+    timer = _CallTimer(device)
     for i in range(trials):
         refresh(i)
         if flush is not None:
             flush.fill_(float(i))
         _sync(device)
-        if use_events:
-            start_event.record()
-            out = fn(*inputs)
-            _cuda_synchronize(device)
-            end_event.record()
-            end_event.synchronize()
-            samples.append(start_event.elapsed_time(end_event))
-        else:
-            t0 = _perf_counter_ns()
-            out = fn(*inputs)
-            samples.append((_perf_counter_ns() - t0) / 1e6)
+        out, ms = timer.call(fn, inputs)
+        samples.append(ms)
         del out
     return TimingResult(
         median_ms=statistics.median(samples),
@@ -111,23 +124,12 @@ def channel_calls(fn: Callable[..., Any], channel: Any, device: torch.device, wa
         fn(*channel.inputs)
     _sync(device)
     samples: list[float] = []
-    use_events = device.type == "cuda"
-    start_event = _CudaEvent(enable_timing=True) if use_events else None
-    end_event = _CudaEvent(enable_timing=True) if use_events else None
+    timer = _CallTimer(device)
     for i in range(trials):
         begin(i)
         channel.stage_in()
-        if use_events:
-            start_event.record()
-            out = fn(*channel.inputs)
-            _cuda_synchronize(device)
-            end_event.record()
-            end_event.synchronize()
-            samples.append(start_event.elapsed_time(end_event))
-        else:
-            t0 = _perf_counter_ns()
-            out = fn(*channel.inputs)
-            samples.append((_perf_counter_ns() - t0) / 1e6)
+        out, ms = timer.call(fn, channel.inputs)
+        samples.append(ms)
         problem = check(out) if check is not None else ""
         outputs = list(out) if isinstance(out, (tuple, list)) else [out]
         problem = problem or channel.put(outputs)

@@ -183,6 +183,8 @@ def test_plots_draw_one_line_per_turn_and_the_threshold():
     ax = plot_reward_per_turn(history).axes[0]
     assert [line.get_label() for line in ax.lines] == ["turn 0", "turn 1"]
     assert list(ax.lines[1].get_ydata()) == [0.3, 0.5]
+    ticks = [t for t in ax.get_xticks() if 0 <= t <= 1]
+    assert ticks == [0.0, 1.0], ticks  # whole steps (matplotlib's default puts ticks at 0.2, 0.4 ...)
     ax = plot_not_okay_ratio(history, threshold=0.2).axes[0]
     assert [line.get_label() for line in ax.lines] == ["all turns", "turn 1", "alert threshold"]
     assert list(ax.lines[2].get_ydata()) == [0.2, 0.2]
