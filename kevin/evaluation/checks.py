@@ -129,6 +129,18 @@ def _identities(namespace: Any) -> dict[str, int]:
     }
 
 
+def aten_registrations() -> dict[str, str]:
+    """Each ``aten`` operator's dispatcher entry as the dispatcher describes it: its kernels per dispatch key and
+    where each was registered (``torch._C._dispatch_dump``)."""
+    dump = torch._C._dispatch_dump
+    return {name: dump(name) for name in torch._C._dispatch_get_all_op_names() if name.startswith("aten::")}
+
+
+def changed_registrations(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """The operators whose entries differ (added, removed or changed), sorted."""
+    return sorted(name for name in before.keys() | after.keys() if before.get(name) != after.get(name))
+
+
 class IntegritySnapshot:
     """Identities of the functions the harness and the reference rely on, taken before candidate code.
 
@@ -140,6 +152,17 @@ class IntegritySnapshot:
         self._spaces = _namespaces(extra)
         self._ids = {name: _identities(ns) for name, ns in self._spaces}
         self._modules = {name: id(mod) for name, mod in list(sys.modules.items()) if name in ("time", "torch", "builtins", "math")}
+        self._registrations = aten_registrations()
+
+    def registrations_changed(self) -> str:
+        """'' or which ``aten`` operators' dispatcher entries changed since the snapshot (a kernel registered for a
+        PyTorch operator replaces PyTorch's silently: the hand-over's copy, or any op the evaluator relies on, would
+        run the candidate's code). About 0.15 s, so it runs after loading and after timing, not per call."""
+        changed = changed_registrations(self._registrations, aten_registrations())
+        if not changed:
+            return ""
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        return f"the dispatcher's entries of {', '.join(changed[:3])}{more} changed (a PyTorch operator re-registered)"
 
     def changed(self) -> str:
         for name, namespace in self._spaces:

@@ -295,6 +295,12 @@ class RunJob:
             model.load_state_dict(ref_state)
         self.model = model
         self.check_tampering()
+        self.check_registrations()
+
+    def check_registrations(self) -> None:
+        changed = self.integrity.registrations_changed()
+        if changed:
+            self.link.violation("harness_tampering", f"tampering: {changed}")
 
     def check_tampering(self) -> None:
         from kevin.evaluation.checks import busy_after_return_ms, thread_count
@@ -395,6 +401,7 @@ class RunJob:
             except Exception as exc:
                 self.link.fail("runtime_error", "a timed call raised an error", error=error_text(exc))
             self.check_tampering()
+            self.check_registrations()
             self.times["timing"] = time.perf_counter() - start
             self.link.send({"t": "timed", "samples": samples})
             answer = self.link.receive()

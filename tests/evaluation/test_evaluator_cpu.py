@@ -124,6 +124,33 @@ def test_timer_patching_is_caught_at_run_time_even_with_static_rules_off(cache_d
     assert r.status is Status.RULE_VIOLATION and r.rule_id == "harness_tampering"
 
 
+def test_a_pytorch_operator_re_registered_is_caught_at_run_time_even_with_static_rules_off(cache_dir, relu_task):
+    """A kernel registered for an aten operator replaces PyTorch's silently (work could hide in an op the harness
+    runs); the static rules refuse every named way to the registration API, so they are switched off here to show
+    that the dispatcher's entries compared before and after loading catch it anyway."""
+    relaxed = EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(cache_dir),
+                         rules={"torch_namespaces": {"enabled": False}, "torch_compute": {"enabled": False}})
+    extra = 'LIB = torch.library.Library("aten", "IMPL")\nLIB.impl("frac", lambda x: x, "CPU")'
+    r = Evaluator(relaxed).evaluate(relu_task, cpp_solution(RELU_BODY, name="t_rereg", extra_py=extra))
+    assert r.status is Status.RULE_VIOLATION and r.rule_id == "harness_tampering", (r.status, r.rule_id, r.error)
+    assert "aten::frac" in r.error and "re-registered" in r.error
+
+
+def test_the_dispatcher_entries_show_a_registration_and_its_removal():
+    import torch
+
+    from kevin.evaluation.checks import aten_registrations, changed_registrations
+
+    before = aten_registrations()
+    torch.ones(3).relu().sum()  # running operators registers nothing
+    assert changed_registrations(before, aten_registrations()) == []
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("frac", lambda x: x, "CPU")
+    assert changed_registrations(before, aten_registrations()) == ["aten::frac"]
+    lib._destroy()
+    assert changed_registrations(before, aten_registrations()) == []
+
+
 def test_static_violation_costs_no_compile(evaluator, relu_task):
     r = judge(evaluator, relu_task, cpp_solution(RELU_BODY, forward="return torch.sigmoid(x)"))
     assert r.status is Status.RULE_VIOLATION and r.rule_id == "torch_compute" and not r.compiled
