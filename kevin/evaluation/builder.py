@@ -490,6 +490,19 @@ def load_link_baseline(toolchain: Toolchain):  # -> symbols.LinkBaseline | None 
     return LinkBaseline.from_json(path.read_text()) if path.is_file() else None
 
 
+def prepare_link(toolchain: Toolchain) -> None:
+    """What every library's link needs, precompiled headers or not: our registration object (``ensure_glue``;
+    without it no library links, so its failure is an error) and the link baseline (``ensure_link_baseline``;
+    without it libraries are judged stricter, so its failure is a warning: a machine without the CUDA libraries
+    still compiles objects)."""
+    glue = ensure_glue(toolchain)
+    if glue:
+        raise RuntimeError(glue)
+    baseline = ensure_link_baseline(toolchain)
+    if baseline:
+        logging.getLogger(__name__).warning("%s (libraries are judged without it)", baseline)
+
+
 def prepare_headers(toolchain: Toolchain) -> str:
     """Write and precompile both headers into ``toolchain.pch_dir``, build our registration object
     (``ensure_glue``) and list the identifiers only the full headers declare (``fallback_needed``): once per
@@ -506,14 +519,7 @@ def prepare_headers(toolchain: Toolchain) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with ThreadPoolExecutor(max_workers=2) as pool:
             notes = [n for n in pool.map(lambda lite: _precompile(toolchain, lite), (True, False)) if n]
-        glue = ensure_glue(toolchain)  # after the narrow header is precompiled: it compiles in a second
-        if glue:
-            raise RuntimeError(glue)  # without it no library can be linked: the evaluator cannot run
-        baseline = ensure_link_baseline(toolchain)
-        if baseline:
-            # Not a note about speed (the caller's notes say compiles will be slower): libraries are then judged
-            # without a baseline, stricter. A machine that cannot link (no CUDA libraries) still compiles objects.
-            logging.getLogger(__name__).warning("%s (libraries are judged without it)", baseline)
+        prepare_link(toolchain)  # after the narrow header is precompiled: the glue compiles in a second with it
         listing = folder / "full_only_identifiers.txt"
         if not listing.exists():
             full_only = _identifiers(toolchain, False) - _identifiers(toolchain, True)

@@ -37,9 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from kevin.evaluation.builder import (BUILDER_VERSION, MAX_COMPILE_JOBS, REGISTRATION_MARKER, Toolchain, ensure_glue,
-                                      ensure_headers, ensure_link_baseline, kernel_names, load_link_baseline,
-                                      prepare_headers)
+from kevin.evaluation.builder import (BUILDER_VERSION, MAX_COMPILE_JOBS, REGISTRATION_MARKER, Toolchain, kernel_names,
+                                      load_link_baseline, prepare_headers, prepare_link)
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.inputs import DISTRIBUTIONS
@@ -280,13 +279,7 @@ class Evaluator:
                 toolchain = Toolchain.detect(self.config.backend, str(pch_dir))
                 note = prepare_headers(toolchain) if self.config.use_pch else ""
                 if not self.config.use_pch:
-                    ensure_headers(pch_dir, toolchain.include_dirs)
-                    glue = ensure_glue(toolchain)  # every library links it, precompiled header or not
-                    if glue:
-                        raise RuntimeError(glue)
-                    baseline = ensure_link_baseline(toolchain)
-                    if baseline:
-                        _log.warning("%s (libraries are judged without it)", baseline)
+                    prepare_link(toolchain)  # writes the headers too (ensure_glue)
                 if note:
                     _log.warning("%s (compiles will be slower)", note)
                 self._link_baseline = load_link_baseline(toolchain)
