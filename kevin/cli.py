@@ -442,6 +442,42 @@ def report_cmd(
     typer.echo(f"report: {out / 'report.md'}  metrics: {out / 'metrics.json'}")
 
 
+@app.command("learning")
+def learning_cmd(
+    run_dir: Path = typer.Argument(..., help="a training run's folder (outputs/<experiment.name>)"),
+    out: Optional[Path] = typer.Option(None, help="folder for learning.csv, learning.json and learning.png "
+                                                  "(default: RUN_DIR/plots)"),
+    window: int = typer.Option(5, help="steps in each of the first and the last window compared"),
+) -> None:
+    """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
+    a plot), and the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval."""
+    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, window_gain
+    from kevin.pipeline import read_step_summaries, write_csv, write_json
+
+    rows = learning_rows(read_step_summaries(run_dir))
+    if not rows:
+        _die(f"{run_dir} holds no finished training step (steps/step_N/summary.json)")
+    out = out or run_dir / "plots"
+    extra = sorted({k for r in rows for k in r} - set(LEARNING_FIELDS))
+    write_csv(out / "learning.csv", rows, [*LEARNING_FIELDS, *extra])
+    for row in rows:
+        turns = "  ".join(f"t{k.rsplit('_', 1)[1]} {row[k]:.3f}" for k in extra if k.startswith("score_mean_turn_"))
+        typer.echo(f"step {row['step']:3d}  kernels {row['kernels']:3d}  correct {row['correct_share']:.3f}  "
+                   f"score {row['score_mean']:.3f}  ({turns})")
+    gain = None
+    try:
+        gain = window_gain([r["score_mean"] for r in rows], window)
+    except ValueError as exc:
+        typer.echo(f"no comparison of first and last steps: {exc}")
+    if gain is not None:
+        typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
+                   f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: "
+                   + ("above the noise" if gain.learned else "not above the noise"))
+    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None})
+    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
+    typer.echo(f"plot: {plot}")
+
+
 @app.command("tasks")
 def tasks_cmd(source: str = typer.Option("bundled", help="'bundled' or the path of a KernelBench checkout")) -> None:
     """List the tasks of the bundled suite or of a KernelBench checkout."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Device-machine calls (10 min per call). Each PART fits one call; results land in $OUT.
-#   PART=judge   what the machine allows a candidate (isolation probe: Landlock, read-only mounts, seccomp,
+#   PART=judge   (WARMSTART=SECONDS: first the CUDA warm-start answers; TESTS: test files in order)
+#                what the machine allows a candidate (isolation probe: Landlock, read-only mounts, seccomp,
 #                capabilities, CUDA IPC), then every gpu-marked evaluation test with the sandbox layers on: the
 #                60 CUDA references, reference vs reference, the published hacks, the hostile suite by class; with
 #                Landlock on when the probe shows CUDA starts under the harness's allow-list (else off)
@@ -40,7 +41,12 @@ case "${PART:-judge}" in
       else export KEVIN_TEST_FILESYSTEM=off; echo "Landlock stops CUDA here: the tests run without it"; fi
     fi
     echo "KEVIN_TEST_FILESYSTEM=$KEVIN_TEST_FILESYSTEM"
-    timeout ${T:-450} python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -s -rA --durations=15 \
+    if [ -n "${WARMSTART:-}" ]; then  # the concise CUDA warm-start answers (data/warmstart/cuda) through the evaluator
+      timeout ${WARMSTART} python3 -m kevin.cli eval-batch data/warmstart/cuda --backend cuda --timing-trials 10 \
+        --out "$OUT/warmstart_cuda.jsonl" 2>&1 | grep -v '━' | tail -45
+    fi
+    # TESTS: the files to run, in order (default: every GPU test of the judge, tests/gpu).
+    timeout ${T:-450} python3 -m pytest -q -m gpu ${TESTS:-tests/gpu} -p no:cacheprovider -s -rA --durations=15 \
       -o log_cli=true --log-cli-level=WARNING 2>&1 | tee "$OUT/gpu_tests.log" | grep -v ' phase of ' | tail -150 ;;
   bench)
     timeout ${T1:-540} python3 benchmarks/bench_eval.py --backend cuda --n ${N:-24} --stock ${STOCK:-2} \

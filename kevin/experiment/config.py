@@ -136,6 +136,10 @@ class EvaluateConfig(Settings):
     max_tasks: int = 0
     """Evaluate only the first this many eval tasks (a quick look); 0: all of them."""
 
+    tasks: str = "eval"
+    """Which side of the split is evaluated: `eval` (the held-out tasks) or `train` (the tasks the policy trained
+    on: did training improve what it practised, beside whether it generalises)."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"evaluate.name must be letters, digits, '.', '_' or '-' (it names the run in tables and "
@@ -145,6 +149,8 @@ class EvaluateConfig(Settings):
                 raise ValueError(f"evaluate.{name} must be a path (a string), got {getattr(self, name)!r}")
         if not self.output_dir:
             raise ValueError("evaluate.output_dir must name a folder, e.g. outputs/evaluate")
+        if self.tasks not in ("eval", "train"):
+            raise ValueError(f"evaluate.tasks must be eval or train (the side of the split), got {self.tasks!r}")
         if isinstance(self.max_tasks, bool) or not isinstance(self.max_tasks, int) or self.max_tasks < 0:
             raise ValueError(f"evaluate.max_tasks must be an integer >= 0 (0: every eval task), got {self.max_tasks!r}")
 

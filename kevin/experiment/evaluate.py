@@ -141,20 +141,26 @@ def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Any, Any
         return OpenAIPolicy(config.openai), tokenizer
     from kevin.policy.hf import HFPolicy
 
+    from kevin.experiment.policies import load_model
+    from kevin.training.sft import is_adapter, merge_adapter
+
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    if checkpoint is None and backend == "embedded":
-        from kevin.policy.embedded import load_embedded
-
-        model, tokenizer = load_embedded(device, dtype)
-    else:
+    if checkpoint is not None and not is_adapter(checkpoint / "model"):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        # A checkpoint's model folder holds the weights (or a LoRA adapter, which transformers applies to the base
-        # model its adapter_config names) and the tokenizer.
-        folder = str(checkpoint / "model") if checkpoint is not None else config.policy.model
+        # A full checkpoint's model folder holds the weights and the tokenizer.
+        folder = str(checkpoint / "model")
         tokenizer = AutoTokenizer.from_pretrained(folder)
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
+    else:
+        # The model the training run starts from (embedded, policy.model, or either with the sft warm start merged
+        # in); a LoRA checkpoint is an adapter over exactly that base, so it is merged into it here rather than
+        # into whatever base its adapter_config names (which knows nothing of the warm start).
+        model, tokenizer = load_model(config)
+        if checkpoint is not None:
+            model = merge_adapter(model, checkpoint / "model")
+        model = model.to(device=device, dtype=dtype)
     return HFPolicy(model.eval(), tokenizer, config.sampling), tokenizer
 
 
@@ -297,11 +303,11 @@ class EvaluationRun:
             else:
                 log.info("no split file %s: the splits section draws the split", path)
                 split_file = ""
-        tasks = split_side(cfg, split_file, "eval")
+        tasks = split_side(cfg, split_file, cfg.evaluate.tasks)
         if cfg.evaluate.max_tasks:
             tasks = tasks[:cfg.evaluate.max_tasks]
         if not tasks:
-            raise ValueError("the split holds no eval task: set splits.eval_size or evaluate.split")
+            raise ValueError(f"the split holds no {cfg.evaluate.tasks} task: set splits.eval_size or evaluate.split")
         self.tasks = tasks
         self.checkpoint = resolve_checkpoint(cfg.evaluate.checkpoint, self.project_dir)
         label = model_label(cfg) if self.checkpoint is None else f"checkpoint {self.checkpoint}"

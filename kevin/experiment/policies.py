@@ -38,11 +38,14 @@ def weights_folder(config: RunConfig) -> str:
 
 def model_label(config: RunConfig) -> str:
     """The model as the MLflow ``model`` tag shows it."""
-    if config.policy.backend == "embedded":
-        return EMBEDDED_LABEL
     if config.policy.backend == "openai":
         return f"{config.policy.model} (served at {config.openai.base_url})"
-    return config.policy.model
+    label = EMBEDDED_LABEL if config.policy.backend == "embedded" else config.policy.model
+    if config.sft.enabled:
+        from kevin.training.sft import sft_model_dir
+
+        label += f", warm-started ({sft_model_dir(config.sft)})"
+    return label
 
 
 def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, Any]:
@@ -51,12 +54,18 @@ def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, A
     import torch
 
     if config.sft.enabled:
-        from kevin.training.sft import sft_model_dir
+        import dataclasses
+
+        from kevin.training.sft import is_adapter, merge_adapter, sft_model_dir
 
         if config.policy.backend == "openai":
             raise ValueError("sft.enabled warm-starts an in-process policy (backend embedded or hf); for a served "
                              "model, serve the fine-tuned folder and set policy.weights to it instead")
         folder = sft_model_dir(config.sft, project_dir)
+        if is_adapter(folder):  # sft.lora: the policy's own base with the warm start's adapter merged in
+            base = dataclasses.replace(config, sft=dataclasses.replace(config.sft, enabled=False))
+            model, tokenizer = load_model(base, project_dir)
+            return merge_adapter(model, folder).eval(), tokenizer
         if not (folder / "config.json").is_file():
             raise ValueError(f"sft.enabled is true but {folder} holds no model: run the warm start first "
                              "(`dvc repro sft`, or `python -m kevin.cli sft --out OUTPUT_DIR`)")

@@ -23,12 +23,15 @@ from typing import Any, Sequence
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
-__all__ = ["CONCISE_REASONING", "CONCISE_SUMMARY", "MODEL_DIR", "SFTConfig", "answer_tokens", "concise_solution_path",
+__all__ = ["ADAPTER_CONFIG", "CONCISE_REASONING", "CONCISE_SUMMARY", "MODEL_DIR", "is_adapter", "merge_adapter", "SFTConfig", "answer_tokens", "concise_solution_path",
            "concise_tasks", "example_tokens", "fit_examples", "reasoning_text", "sft_examples", "sft_model_dir",
            "summary_text", "run_sft"]
 
 MODEL_DIR = "model"
 """The fine-tuned model's folder inside ``sft.output_dir``."""
+
+ADAPTER_CONFIG = "adapter_config.json"
+"""peft's file in an adapter folder: a warm start saved with ``sft.lora`` (``is_adapter``)."""
 
 
 @dataclass
@@ -71,6 +74,15 @@ class SFTConfig(Settings):
     """Leave out the examples whose answer (with its end-of-sequence token) is longer than the run's
     ``max_response_tokens``: the policy could never finish them in a rollout."""
 
+    lora: bool = False
+    """Train a LoRA adapter (peft, every linear layer) instead of every weight, and save only the adapter in
+    ``<output_dir>/model``; the run loads its policy's base model and merges the adapter in. An adapter is a few
+    MB where the model is hundreds: it is what travels to another machine (e.g. a GPU machine whose copies are
+    size-limited) and it is rebuilt there bit for bit over the same base."""
+
+    lora_r: int = 16
+    """Rank of the LoRA adapter (``lora``); its alpha is twice the rank."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ValueError(f"sft.enabled must be true or false, got {self.enabled!r}")
@@ -87,7 +99,9 @@ class SFTConfig(Settings):
             raise ValueError(f"sft.data must be a folder (or \"\" for the bundled references), got {self.data!r}")
         if not isinstance(self.fit_response_limit, bool):
             raise ValueError(f"sft.fit_response_limit must be true or false, got {self.fit_response_limit!r}")
-        for name in ("batch_size", "max_length"):
+        if not isinstance(self.lora, bool):
+            raise ValueError(f"sft.lora must be true or false, got {self.lora!r}")
+        for name in ("batch_size", "max_length", "lora_r"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"sft.{name} must be a positive integer, got {value!r}")
@@ -97,6 +111,19 @@ def sft_model_dir(config: SFTConfig, project_dir: str | Path = ".") -> Path:
     """The folder of the warm-started model (``<output_dir>/model``, relative paths under ``project_dir``)."""
     root = Path(config.output_dir)
     return (root if root.is_absolute() else Path(project_dir) / root) / MODEL_DIR
+
+
+def is_adapter(folder: str | Path) -> bool:
+    """Whether a warm start's model folder holds a LoRA adapter (``sft.lora``) rather than a whole model."""
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def merge_adapter(model: Any, folder: str | Path) -> Any:
+    """``model`` with the LoRA adapter saved in ``folder`` merged into its weights: a plain model again, which the
+    trainer (and another adapter of the RL run) can train like any other."""
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
 
 
 def reasoning_text(task: Task, backend: str) -> str:
@@ -213,6 +240,12 @@ def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[di
                          f"({config.max_length} tokens; the longest has {max(too_long.values())}): raise "
                          "sft.max_length")
     out_dir = Path(out_dir)
+    peft_config = None
+    if config.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r, lora_dropout=0.0,
+                                 target_modules="all-linear", task_type="CAUSAL_LM")
     args = TRLConfig(
         output_dir=str(out_dir / "trainer"), num_train_epochs=float(config.epochs), learning_rate=float(config.lr),
         per_device_train_batch_size=config.batch_size, max_length=config.max_length, seed=config.seed,
@@ -221,9 +254,9 @@ def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[di
     )
     rows = [{"prompt": e["prompt"], "completion": e["completion"]} for e in examples]
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows),
-                         processing_class=tokenizer)
+                         processing_class=tokenizer, peft_config=peft_config)
     result = trainer.train()
     folder = out_dir / MODEL_DIR
-    trainer.model.save_pretrained(str(folder))
+    trainer.model.save_pretrained(str(folder))  # with sft.lora a PeftModel: the adapter alone
     tokenizer.save_pretrained(str(folder))
     return {"train_loss": float(result.training_loss), "steps": int(result.global_step), "examples": len(examples)}

@@ -240,3 +240,20 @@ def test_beam_selection_branches_the_best_trajectory(base_run, model_dirs, eval_
     # After turn 1 half the slots are correct; after turn 2 every slot's lineage holds the best correct kernel.
     assert metrics["turn1/avg_at_4/correct"] == 0.5 and metrics["avg_at_4/correct"] == 1.0
     assert metrics["avg_at_4/perf"] == pytest.approx(metrics["best_at_4/perf"])
+
+
+def test_the_train_side_of_the_split_is_evaluated_when_asked(model_dirs, eval_split, tmp_path, cache_dir):
+    from kevin.config import RunConfig
+    from kevin.experiment.evaluate import EvaluationRun
+
+    params = eval_params(tmp_path / "p.yaml", tmp_path, "sides", model_dirs["tiny"], eval_split, cache_dir,
+                         tracking={"enabled": False})
+    files = [str(PARAMS), str(params)]
+    for side, expected in (("eval", list(EVAL_TASKS)), ("train", ["level1/02_gelu"])):
+        overrides = [f"evaluate.tasks={side}", f"evaluate.output_dir={tmp_path / side}"]
+        run = EvaluationRun(RunConfig.from_files(files, overrides), project_dir=tmp_path)
+        run.open()
+        assert [t.task_id for t in run.tasks] == expected
+        run.close(None)
+    with pytest.raises(ValueError, match="evaluate.tasks must be eval or train"):
+        RunConfig.from_files(files, ["evaluate.tasks=both"])

