@@ -1,0 +1,31 @@
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#define P(t) t.data_ptr<float>()
+__global__ void k(float* X, float* W, float* B, float* E, float* Y, int K, int N) {
+    for (int i = blockIdx.x, j = threadIdx.x; j < N; j += 64) {
+        float v = B[j];
+        for (int t = 0; t < K; t++) v += X[i * K + t] * W[j * K + t];
+        Y[i * N + j] = fmaxf(v, 0.f) + E[j];
+    }
+}
+torch::Tensor run(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor e) {
+    int M = x.size(0), K = x.size(1), N = w.size(0);
+    auto y = torch::empty({M, N}, x.options());
+    k<<<M, 64>>>(P(x), P(w), P(b), P(e), P(y), K, N);
+    return y;
+}
+"""
+ext = load_inline(name="wsc2_relu_bias", cpp_sources="torch::Tensor run(torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor);", cuda_sources=src, functions=["run"])
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.bias = nn.Parameter(torch.randn(out_features) * 0.1)
+
+    def forward(self, x):
+        return ext.run(x, self.linear.weight, self.linear.bias, self.bias)
