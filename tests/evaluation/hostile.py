@@ -147,8 +147,11 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
         "native_skip_checks": (c(native(NO_INTEGRITY + "import __main__ as _h\n"
                                         "_h.RunJob.correctness = lambda self: None\n") + body, name="h_skip"),
                                {"runtime_error"}),
-        # Timing forged below the call's real time: the evaluator's clock disagrees.
-        "native_forge_timing": (c(native(NO_INTEGRITY + forge_timer) + slow(body), name="h_timer"), {"rule_violation"}),
+        # Timing forged below the call's real time: the evaluator's clock disagrees. (On cpu 8 relu passes already
+        # take milliseconds a call against 0.001 ms reported; 40 took ~75 ms a call, and a forgery is timed three
+        # times plus its calibration, which pushed a 2-core CI machine past the batch's 15 s limit.)
+        "native_forge_timing": (c(native(NO_INTEGRITY + forge_timer) + slow(body, 8 if backend == "cpu" else 40),
+                                  name="h_timer"), {"rule_violation"}),
         # A verdict forged on the evaluator's pipe: the protocol refuses it.
         "native_forge_done": (c(native("import os, sys\nos.write(int(sys.argv[3]), b'{\"t\": \"done\"}\\n')\n") + body,
                                 name="h_done"), {"runtime_error"}),
