@@ -11,7 +11,8 @@ Tasks hand each other file paths (the turn files, the samples, the checkpoint fo
 generation of a turn is retried with exponential backoff when it failed in a way that passes (a generation
 server timing out or refusing connections); timeouts come from the ``experiment`` section. The flow run is
 named after the experiment. A run stopped by a collapse alert ends in a Completed state named ``Stopped`` whose
-message is the reason; the MLflow run carries it as the ``stop.reason`` tag.
+message is the reason; the MLflow run carries it as the ``stop.reason`` tag. A run that reached
+``experiment.time_limit_s`` ends checkpointed in a Completed state named ``Paused``; ``--resume`` continues it.
 
     python -m kevin.cli train --params params.yaml --set experiment.steps=2     # runs ``train`` in this process
 
@@ -161,6 +162,8 @@ def train(params: list[str] | None = None, overrides: list[str] | None = None, r
     run.close()
     if run.stop_reason:
         return Completed(name="Stopped", message=run.stop_reason, data=result)
+    if run.paused:
+        return Completed(name="Paused", message=run.paused, data=result)
     return Completed(message=f"{result['steps_done']} of {run.steps} steps", data=result)
 
 

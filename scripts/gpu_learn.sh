@@ -2,25 +2,29 @@
 # The learning run on one H200 (configs/h200_learn.yaml, docs/learning.md), in device calls of at most 10 minutes.
 #
 # What must reach a fresh GPU machine is more than one call carries (64 MiB): the embedded model's GGUF file
-# (94 MiB), the wheels the image lacks (prefect and mlflow-skinny with their dependencies, ~45 MiB; gguf, trl,
+# (94 MiB), the wheels the image lacks (prefect and mlflow-skinny with their dependencies, ~41 MiB; gguf, trl,
 # datasets for the warm start, ~2 MiB) and the run so far (the warm start's adapter, the newest checkpoint and the
 # MLflow database). A machine keeps what earlier calls left in ignored folders while it stays warm (30 s between
-# calls), so the files travel over several calls back to back, each naming only its own folder in `carry`:
+# calls), so the files travel over several calls back to back, each naming only its own folders in `carry`:
 #
 #   here:    bash scripts/gpu_learn.sh prepare [RUN_BACK]   # fills .carry/ (RUN_BACK: files an earlier call returned)
-#   call 1:  carry [".carry/gguf_a", ".whl"]            any command (e.g. PART=judge bash scripts/gpu_session.sh)
-#   call 2:  carry [".carry/gguf_b", ".carry/whl_sft", ".carry/run"]   bash scripts/gpu_learn.sh sft
-#   call 3:  carry [".carry/whl_flow"]                  STEPS_S=500 bash scripts/gpu_learn.sh train
-#   call 4+: carry []                                   STEPS_S=540 bash scripts/gpu_learn.sh train   (still warm)
+#   call 1:  carry [".carry/gguf_a", ".whl"]                            bash scripts/gpu_learn.sh carried
+#   call 2:  carry [".carry/whl_flow", ".carry/whl_sft", ".carry/run"]  bash scripts/gpu_learn.sh carried
+#   call 3:  carry [".carry/gguf_b"]                    bash scripts/gpu_learn.sh train   (or sft, the first time)
+#   call 4+: carry []                                   bash scripts/gpu_learn.sh train   (still warm)
 #   last:    carry []                                   bash scripts/gpu_learn.sh eval
 #
-# `sft` joins the model, installs the wheels, and runs the warm start (once: a carried adapter is reused). `train`
-# resumes the run for at most STEPS_S seconds (the step in flight when time runs out is lost, the checkpoints
-# before it are not) and prints the learning figures (`kevin learning`). `eval` evaluates the warm-started model
-# and the newest checkpoint on the train and the eval split. Every device stage returns the run folder in pieces
-# of 15 MiB ($OUT/run.tar.part-*), which `prepare` takes back (RUN_BACK=the folder they landed in).
+# `carried` lists what the machine holds so far. `sft` joins the model, installs the wheels, and runs the warm
+# start (once: a carried adapter is reused). `train` resumes the run and pauses it, checkpointed, before a step
+# that would end past the call's time (CALL_S, default 590 s: give the call timeout_s 600; experiment.time_limit_s
+# does the pausing), then prints the learning figures (`kevin learning`); the log streams to $OUT/train.log, so a
+# call cut off still returns it, and a hung process is aborted with every thread's stack in that log. `eval`
+# evaluates the warm-started model and the newest checkpoint on the train and the eval split. Every device stage
+# returns the run folder in pieces of 15 MiB ($OUT/run.tar.part-*), which `prepare` takes back (RUN_BACK=the
+# folder they landed in).
 set -uo pipefail
-STAGE=${1:?usage: gpu_learn.sh prepare|sft|train|eval}
+STAGE=${1:?usage: gpu_learn.sh prepare|carried|sft|train|eval}
+CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 RUN=outputs/h200-learn SFT=outputs/h200-sft
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
@@ -35,7 +39,11 @@ pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in
 }
 
 device_setup() {
-  export PYTHONUNBUFFERED=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" DO_NOT_TRACK=1
+  export PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1 KEVIN_CACHE_DIR="$PWD/.cache/kevin-gpu" DO_NOT_TRACK=1
+  # Prefect's temporary server keeps its database in the checkout (kept while the machine stays warm), sends
+  # nothing anywhere, and may take its time to migrate a new database on a cold machine.
+  export PREFECT_HOME="$PWD/.cache/prefect" PREFECT_SERVER_ANALYTICS_ENABLED=false \
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   # The model, joined once per machine from the two halves that two calls carried.
   if [ ! -f ".carry/model/$GGUF" ]; then
@@ -58,6 +66,7 @@ device_setup() {
     cat .carry/run/run.tar.part-* | tar -xf - && mkdir -p "$RUN" && touch "$RUN/.restored"
   fi
   date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
+  echo "set up in ${SECONDS} s"
   python3 -m kevin.cli split --params params.yaml --out data/splits/split.json >/dev/null
 }
 
@@ -83,13 +92,22 @@ case "$STAGE" in
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then
-      python3 -m kevin.cli sft $PARAMS --split data/splits/split.json --out "$SFT" 2>&1 | grep -v Warning | tail -20
+      python3 -m kevin.cli sft $PARAMS --split data/splits/split.json --out "$SFT" 2>&1 | grep -v Warning \
+        | tee "$OUT/sft.log" | tail -20
     fi
     cat "$SFT/sft.json"; echo
     pack_run ;;
+  carried)
+    du -sh .carry/* .whl 2>/dev/null; nvidia-smi -L ;;
   train)
     device_setup
-    timeout ${STEPS_S:-540} python3 -m kevin.cli train $PARAMS --resume 2>&1 | grep -v '━' | tail -60
+    # The run pauses itself before a step that would end past its limit; the hard timeout (SIGABRT: Python's
+    # fault handler prints every thread's stack) is for a run that hangs. 50 s are kept for the figures and the
+    # packing, 30 s of the run's limit for Prefect's server and the imports before the run's clock starts.
+    left=$((CALL_S - SECONDS - 50))
+    echo "train: $((left - 30)) s for steps, killed at $left s"
+    timeout -s ABRT -k 10 "$left" python3 -m kevin.cli train $PARAMS --resume ${VERBOSE:+--verbose} \
+      --set experiment.time_limit_s=$((left - 30)) 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
     python3 -m kevin.cli learning "$RUN" 2>&1 | tail -40
     pack_run ;;
   eval)

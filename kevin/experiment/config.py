@@ -82,6 +82,11 @@ class ExperimentConfig(Settings):
     update_timeout_s: float = 0.0
     """Fail the run when one update takes longer than this many seconds; 0: no limit."""
 
+    time_limit_s: float = 0.0
+    """Pause the run, checkpointed, before a step that would end more than this many seconds after the run began
+    (judged by its slowest step so far); ``--resume`` continues it. For machines lent for a fixed time: a hard kill
+    loses the step in flight's update, a pause loses nothing. 0: no limit."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"experiment.name must be letters, digits, '.', '_' or '-' (it names a folder, an MLflow "
@@ -98,7 +103,7 @@ class ExperimentConfig(Settings):
         if isinstance(self.generation_retries, bool) or not isinstance(self.generation_retries, int) \
                 or self.generation_retries < 0:
             raise ValueError(f"experiment.generation_retries must be an integer >= 0, got {self.generation_retries!r}")
-        for name in ("retry_delay_s", "generation_timeout_s", "update_timeout_s"):
+        for name in ("retry_delay_s", "generation_timeout_s", "update_timeout_s", "time_limit_s"):
             if not _seconds(getattr(self, name)):
                 raise ValueError(f"experiment.{name} must be a number of seconds >= 0, got {getattr(self, name)!r}")
 

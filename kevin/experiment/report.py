@@ -170,6 +170,8 @@ def print_results(result: Mapping[str, Any], console: Any, *, stopped: bool = Fa
     done = f"{result['steps_done']} of {result['steps']} steps"
     if stopped:
         console.print(f"STOPPED after {done}: {result.get('stop_reason', '')}", markup=False)
+    elif result.get("paused"):
+        console.print(f"PAUSED after {done}: {result['paused']}", markup=False)
     else:
         console.print(f"finished {done}", markup=False)
     console.print(f"outputs: {result['out_dir']}", markup=False)

@@ -136,6 +136,11 @@ class TrainingRun:
         self.steps = config.experiment.steps
         self.next_step = 0
         self.stop_reason = ""
+        self.paused = ""
+        """Why the run paused before its last step (``experiment.time_limit_s``); unlike a stop, a resume goes on."""
+        self._began = time.monotonic()
+        self._step_began: float | None = None
+        self._slowest_step = 0.0
         self.tasks: dict[str, Task] = {}
         self.sampler: Any = None
         self.trainer: Any = None
@@ -317,6 +322,7 @@ class TrainingRun:
         step's response length limit on the policy."""
         from kevin.training.step import check_policy
 
+        self._step_began = time.monotonic()
         path = self._dir(step) / "batch.json"
         with self._timed(step, "sample"):
             batch = self.sampler.next_batch()
@@ -457,8 +463,10 @@ class TrainingRun:
 
     def checkpoint(self, step: int) -> Path | None:
         """Save everything a resume needs, every ``experiment.checkpoint_every`` steps, at the last step and when
-        the run stops; None when this step is not one of them."""
-        due = (step + 1) % self.config.experiment.checkpoint_every == 0 or step + 1 == self.steps or self.stop_reason
+        the run stops or pauses; None when this step is not one of them."""
+        self.paused = self._pause_reason(step)
+        due = ((step + 1) % self.config.experiment.checkpoint_every == 0 or step + 1 == self.steps or self.stop_reason
+               or self.paused)
         if not due:
             return None
         with self._timed(step, "checkpoint"):
@@ -532,7 +540,7 @@ class TrainingRun:
         summaries = self.finished_steps()
         latest = latest_checkpoint(self.out_dir / CHECKPOINTS_DIR)
         return {"experiment": self.name, "out_dir": str(self.out_dir), "steps": self.steps,
-                "steps_done": len(summaries), "stop_reason": self.stop_reason, **run_summary(summaries),
+                "steps_done": len(summaries), "stop_reason": self.stop_reason, "paused": self.paused, **run_summary(summaries),
                 "checkpoint": str(latest) if latest else "", "mlflow": dict(self.mlflow)}
 
     def close(self, error: BaseException | None = None) -> None:
@@ -551,8 +559,25 @@ class TrainingRun:
                         log.exception("closing %s failed", type(thing).__name__)
 
     def done(self, step: int) -> bool:
-        """Whether the run ends before ``step`` (it stopped, or ran every step)."""
-        return bool(self.stop_reason) or step >= self.steps
+        """Whether the run ends before ``step`` (it stopped, paused, or ran every step)."""
+        return bool(self.stop_reason) or bool(self.paused) or step >= self.steps
+
+    def _pause_reason(self, step: int) -> str:
+        """Why the run pauses after ``step`` (``experiment.time_limit_s``), or "". The step's own length so far
+        stands in for the next one's (the update and checkpoint are short beside the rollout)."""
+        limit = self.config.experiment.time_limit_s
+        if not limit or step + 1 >= self.steps or self._step_began is None:
+            return ""
+        now = time.monotonic()
+        self._slowest_step = max(self._slowest_step, now - self._step_began)
+        used = now - self._began
+        if used + self._slowest_step <= limit:
+            return ""
+        reason = (f"time limit: {used:.0f} s of experiment.time_limit_s={limit:g} used and a step takes up to "
+                  f"{self._slowest_step:.0f} s; continue with --resume")
+        self.progress.phase(step, f"PAUSE: {reason}")
+        log.info("%s paused after step %d: %s", self.name, step + 1, reason)
+        return reason
 
     @property
     def turns(self) -> int:

@@ -39,6 +39,7 @@ def test_the_output_folder():
     ({"tasks_per_batch": True}, "tasks_per_batch must be a positive integer"),
     ({"generation_retries": -1}, "generation_retries must be an integer >= 0"),
     ({"retry_delay_s": float("nan")}, "retry_delay_s must be a number of seconds"),
+    ({"time_limit_s": -5}, "time_limit_s must be a number of seconds"),
     ({"torch_threads": -1}, "torch_threads must be an integer >= 0"),
     ({"stepz": 1}, r"unknown experiment settings: \['stepz'\]"),
 ])
@@ -69,3 +70,39 @@ def test_how_a_server_gets_the_weights(tmp_path):
     assert weights_folder(RunConfig.from_dict({"policy": served})) == str(tmp_path)
     with pytest.raises(ValueError, match="set policy.weights to the folder the server was started from"):
         weights_folder(RunConfig.from_dict({"policy": {"backend": "openai", "model": "Qwen/QwQ-32B"}}))
+
+
+class _Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_time_limit_pauses_before_a_step_that_would_overrun_it(monkeypatch, tmp_path):
+    from kevin.experiment import run as run_module
+
+    clock = _Clock()
+    monkeypatch.setattr(run_module.time, "monotonic", clock)
+    config = RunConfig.from_dict({"experiment": {"steps": 5, "time_limit_s": 100.0, "output_dir": str(tmp_path)}})
+    run = run_module.TrainingRun(config, project_dir=tmp_path)
+    clock.now += 10.0  # loading the model
+    for step, seconds in enumerate((20.0, 30.0)):  # began at 10, 30; ended at 30, 60
+        run._step_began = clock.now
+        clock.now += seconds
+        assert run._pause_reason(step) == "" and not run.done(step + 1)
+    run._step_began = clock.now  # the third step takes 25 s: ends at 85, and the slowest (30 s) would end at 115
+    clock.now += 25.0
+    reason = run._pause_reason(2)
+    assert reason.startswith("time limit: 85 s of experiment.time_limit_s=100 used and a step takes up to 30 s")
+    run.paused = reason
+    assert run.done(3) and not run.stop_reason
+    # The last step never pauses (the run ends anyway), and 0 means no limit.
+    assert run._pause_reason(4) == ""
+    unlimited = run_module.TrainingRun(RunConfig.from_dict({"experiment": {"steps": 5, "output_dir": str(tmp_path)}}),
+                                       project_dir=tmp_path)
+    unlimited._step_began = clock.now - 10_000.0
+    assert unlimited._pause_reason(0) == ""
