@@ -8,8 +8,8 @@
 # calls), so the files travel over several calls back to back, each naming only its own folders in `carry`:
 #
 #   here:    bash scripts/gpu_learn.sh prepare [RUN_BACK]   # fills .carry/ (RUN_BACK: files an earlier call returned)
-#   call 1:  carry [".carry/gguf_a", ".whl"]                            bash scripts/gpu_learn.sh carried
-#   call 2:  carry [".carry/whl_flow", ".carry/whl_sft", ".carry/run"]  bash scripts/gpu_learn.sh carried
+#   call 1:  carry [".carry/gguf_a", ".whl", ".carry/whl_sft"]   bash scripts/gpu_learn.sh carried
+#   call 2:  carry [".carry/whl_flow", ".carry/run"]              bash scripts/gpu_learn.sh carried
 #   call 3:  carry [".carry/gguf_b"]                    bash scripts/gpu_learn.sh train   (or sft, the first time)
 #   call 4+: carry []                                   bash scripts/gpu_learn.sh train   (still warm)
 #   last:    carry []                                   bash scripts/gpu_learn.sh eval
@@ -44,6 +44,7 @@ device_setup() {
   # nothing anywhere, and may take its time to migrate a new database on a cold machine.
   export PREFECT_HOME="$PWD/.cache/prefect" PREFECT_SERVER_ANALYTICS_ENABLED=false \
     PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
+  mkdir -p "$PREFECT_HOME"  # its sqlite database cannot be opened in a folder that does not exist
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   # The model, joined once per machine from the two halves that two calls carried.
   if [ ! -f ".carry/model/$GGUF" ]; then
@@ -121,7 +122,8 @@ case "$STAGE" in
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
         timeout ${EVAL_S:-270} python3 -m kevin.cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
           --set evaluate.name=$which-$side --set evaluate.output_dir=$dir --set evaluate.tasks=$side \
-          --set "analysis.budget_splits=[1x1]" --set "analysis.pass_ks=[1]" 2>&1 | grep -v '━' | tail -25
+          --set "analysis.budget_splits=[1x1]" --set "analysis.pass_ks=[1]" 2>&1 | grep --line-buffered -v '━' \
+          | tee "$OUT/eval-$which-$side.log" | tail -25
       done
     done
     pack_run ;;
