@@ -9,19 +9,23 @@
 #
 #   here:    bash scripts/gpu_learn.sh prepare [RUN_BACK]   # fills .carry/ (RUN_BACK: files an earlier call returned)
 #   call 1:  carry [".carry/gguf_a", ".whl", ".carry/whl_sft"]   bash scripts/gpu_learn.sh carried
-#   call 2:  carry [".carry/whl_flow", ".carry/run"]              bash scripts/gpu_learn.sh carried
-#   call 3:  carry [".carry/gguf_b"]                    bash scripts/gpu_learn.sh train   (or sft, the first time)
+#   call 2:  carry [".carry/whl_flow", ".carry/run_a"]            bash scripts/gpu_learn.sh carried
+#   call 3:  carry [".carry/gguf_b", ".carry/run_b"]              bash scripts/gpu_learn.sh train   (or sft, the first time)
 #   call 4+: carry []                                   bash scripts/gpu_learn.sh train   (still warm)
 #   last:    carry []                                   bash scripts/gpu_learn.sh eval
 #
-# `carried` lists what the machine holds so far. `sft` joins the model, installs the wheels, and runs the warm
+# `carried` lists what the machine holds so far (and runs the GPU tests named in TESTS). `train` passes SET (e.g.
+# SET="--set sampling.cuda_graph=false") to `kevin train`. `sft` joins the model, installs the wheels, and runs the warm
 # start (once: a carried adapter is reused). `train` resumes the run and pauses it, checkpointed, before a step
 # that would end past the call's time (CALL_S, default 590 s: give the call timeout_s 600; experiment.time_limit_s
 # does the pausing), then prints the learning figures (`kevin learning`); the log streams to $OUT/train.log, so a
 # call cut off still returns it, and a hung process is aborted with every thread's stack in that log. `eval`
 # evaluates the warm-started model and the newest checkpoint on the train and the eval split. Every device stage
-# returns the run folder in pieces of 15 MiB ($OUT/run.tar.part-*), which `prepare` takes back (RUN_BACK=the
-# folder they landed in).
+# returns the run folder, gzipped, in pieces of 15 MiB ($OUT/run.tar.part-*). `prepare RUN_BACK` (the folder they
+# landed in) adds them to the whole run kept here (.carry/full/outputs: every step's rollouts, for the record) and
+# packs what the next machine needs into .carry/run_a (20 MiB) and .carry/run_b (the rest): the warm start, the
+# checkpoint, MLflow, the evaluations, every step's summary, and the rollouts of steps after the newest checkpoint
+# (a resume redoes those from their files); the rollouts of checkpointed steps stay here.
 set -uo pipefail
 STAGE=${1:?usage: gpu_learn.sh prepare|carried|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
@@ -34,7 +38,7 @@ pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in
   local keep=(); for p in "$SFT" "$RUN" outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
   rm -f "$OUT"/run.tar.part-*
   [ ${#keep[@]} -eq 0 ] && return 0
-  tar --exclude='*/trainer' -cf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
+  tar --exclude='*/trainer' -czf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
   ls -l "$OUT"
 }
 
@@ -63,8 +67,9 @@ device_setup() {
   fi
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   # An earlier call's run, returned through $OUT and carried back in (a fresh machine).
-  if ls .carry/run/run.tar.part-* >/dev/null 2>&1 && [ ! -e "$RUN/.restored" ]; then
-    cat .carry/run/run.tar.part-* | tar -xf - && mkdir -p "$RUN" && touch "$RUN/.restored"
+  if ls .carry/run_a/run.tar.part-* >/dev/null 2>&1 && [ ! -e "$RUN/.restored" ]; then
+    cat .carry/run_a/run.tar.part-* $(ls .carry/run_b/run.tar.part-* 2>/dev/null) > /tmp/run.tar.gz \
+      && tar -xzf /tmp/run.tar.gz && mkdir -p "$RUN" && touch "$RUN/.restored" || { echo "the carried run is incomplete: carry .carry/run_a and .carry/run_b"; exit 5; }
   fi
   date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
   echo "set up in ${SECONDS} s"
@@ -75,7 +80,7 @@ case "$STAGE" in
   prepare)
     # Here, on the CPU machine: fill .carry/ from the installed model and pip's index.
     src=$(.venv/bin/python -c "from kevin.policy.embedded import embedded_model_path as p; print(p())") || exit 1
-    mkdir -p .carry/gguf_a .carry/gguf_b .carry/whl_sft .carry/whl_flow .carry/run .whl
+    mkdir -p .carry/gguf_a .carry/gguf_b .carry/whl_sft .carry/whl_flow .carry/run_a .carry/run_b .carry/full .whl
     head -c "$SPLIT_BYTES" "$src" > .carry/gguf_a/part
     tail -c +$((SPLIT_BYTES + 1)) "$src" > .carry/gguf_b/part
     cmp <(cat .carry/gguf_a/part .carry/gguf_b/part) "$src" && sha256sum "$src"
@@ -88,7 +93,23 @@ case "$STAGE" in
     tmp=$(mktemp -d); pipdl -d "$tmp" prefect==3.9.1 mlflow-skinny==3.17.2
     python3 scripts/device_packages.py "$tmp" .carry/whl_flow
     rm -rf "$tmp"
-    if [ -n "${2:-}" ]; then rm -f .carry/run/*; cp "$2"/run.tar.part-* .carry/run/; fi
+    if [ -n "${2:-}" ]; then
+      cat "$2"/run.tar.part-* > .carry/back.tar && tar -xf .carry/back.tar -C .carry/full && rm .carry/back.tar || exit 1
+    fi
+    rm -f .carry/run_a/* .carry/run_b/*
+    if [ -d .carry/full/outputs ]; then
+      # The rollouts of steps up to the newest checkpoint, and older checkpoints, stay here: a resume needs neither.
+      newest=$(ls -d .carry/full/$RUN/checkpoints/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
+      skip=(); for d in .carry/full/$RUN/steps/step_*; do
+        n=$(basename "$d" | sed 's/step_0*//'); n=${n:-0}
+        [ -n "$newest" ] && [ "$n" -le "$newest" ] && skip+=(--exclude="${d#.carry/full/}/rollout")
+      done
+      for d in .carry/full/$RUN/checkpoints/step_*; do  # only the newest checkpoint travels
+        n=$(basename "$d" | sed 's/step_0*//'); [ "${n:-0}" = "$newest" ] || skip+=(--exclude="${d#.carry/full/}")
+      done
+      tar -C .carry/full "${skip[@]}" -czf - outputs | split -b 20M -d - .carry/run_a/run.tar.part-
+      for f in .carry/run_a/run.tar.part-*; do [ "${f##*-}" = 00 ] || mv "$f" .carry/run_b/; done
+    fi
     du -sh .carry/* .whl ;;
   sft)
     device_setup
@@ -99,7 +120,9 @@ case "$STAGE" in
     cat "$SFT/sft.json"; echo
     pack_run ;;
   carried)
-    du -sh .carry/* .whl 2>/dev/null; nvidia-smi -L ;;
+    du -sh .carry/* .whl 2>/dev/null; nvidia-smi -L
+    # TESTS: GPU tests worth the call's spare seconds (e.g. tests/policy/test_hf_gpu.py before a run that relies on it).
+    if [ -n "${TESTS:-}" ]; then python3 -m pytest -q -m gpu -p no:cacheprovider $TESTS 2>&1 | tail -15; fi ;;
   train)
     device_setup
     # The run pauses itself before a step that would end past its limit; the hard timeout (SIGABRT: Python's
@@ -108,7 +131,7 @@ case "$STAGE" in
     left=$((CALL_S - SECONDS - 50))
     echo "train: $((left - 30)) s for steps, killed at $left s"
     timeout -s ABRT -k 10 "$left" python3 -m kevin.cli train $PARAMS --resume ${VERBOSE:+--verbose} \
-      --set experiment.time_limit_s=$((left - 30)) 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
+      --set experiment.time_limit_s=$((left - 30)) ${SET:-} 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
     python3 -m kevin.cli learning "$RUN" 2>&1 | tail -40
     pack_run ;;
   eval)

@@ -327,7 +327,7 @@ class EvaluationRun:
                                                  tokenizer=self._prompt_tokenizer())
         self._start_tracking()
         self.progress.line(f"[{self.name}] {'resumed' if self.resume else 'starting'}: outputs in {self.out_dir}")
-        self.progress.line(f"  {label} on {len(tasks)} eval tasks; rollouts "
+        self.progress.line(f"  {label} on {len(tasks)} {cfg.evaluate.tasks} tasks; rollouts "
                            + ", ".join(f"{p.name}{' (beam)' if p.select else ''}" for p in self.plans))
         return list(self.plans)
 

@@ -50,6 +50,27 @@ def test_cuda_graph_replays_sample_what_eager_steps_sample(tok, dtype):
     _same(a, b, atol=1e-6)  # the same kernels, replayed
 
 
+def test_cuda_graph_samples_a_lora_wrapped_model_and_sees_its_updates(tok):
+    """The training policy is a PEFT model whose adapter the optimiser changes in place between generations: a
+    graph captured per batch must sample what eager steps sample, before and after an update."""
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_model(tok, seed=4).to("cuda")
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
+    # float32 weights: the policy samples under bfloat16 autocast, as the trainer's model does.
+    before = [_gen(model, tok, cuda_graph=g)[1] for g in (True, False)]
+    _same(*before, atol=1e-6)
+    with torch.no_grad():  # an "update": every adapter weight moves, in place (the optimiser's way)
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.add_(torch.randn_like(p) * 0.5)
+    graph, after = _gen(model, tok, cuda_graph=True)
+    eager = _gen(model, tok, cuda_graph=False)[1]
+    assert graph.last_call.graph_batches == 1
+    _same(after, eager, atol=1e-6)
+    assert [o.token_ids for o in after] != [o.token_ids for o in before[0]]  # the update changed what it samples
+
+
 def test_graph_path_log_probs_match_the_trainer_forward(tok):
     model = tiny_model(tok, seed=2).to("cuda")
     policy, outs = _gen(model, tok, cuda_graph=True, temperature=0.8)
