@@ -382,9 +382,9 @@ def sft_cmd(
         write_json(out / "sft.json", {"enabled": False})
         typer.echo("sft.enabled is false: no warm start (training starts from the policy's own weights)")
         return
-    from kevin.experiment.policies import load_model
+    from kevin.experiment.policies import load_model, model_identity
     from kevin.tasks import TaskError, load_tasks, read_split
-    from kevin.training.sft import fit_examples, run_sft, sft_examples
+    from kevin.training.sft import fit_examples, reuse_prebuilt, run_sft, sft_examples, warm_start_fingerprint
 
     try:
         chosen = read_split(split)
@@ -411,11 +411,21 @@ def sft_cmd(
                 raise ValueError(f"no warm-start answer fits in max_response_tokens ({config.max_response_tokens}): "
                                  "raise it, set sft.data to shorter answers (data/warmstart), or set "
                                  "sft.fit_response_limit false")
-        started = time.monotonic()
-        metrics = run_sft(config.sft, model, tokenizer, examples, out)
-        metrics["seconds"] = round(time.monotonic() - started, 1)
-        metrics["tasks"] = [e["task_id"] for e in examples]
-        metrics["left_out"] = dropped
+        fingerprint = warm_start_fingerprint(config.sft, examples, model_identity(base))
+        reused, why = reuse_prebuilt(config.sft, fingerprint, out)
+        if reused is not None:
+            typer.echo(f"reusing the warm start built earlier in {config.sft.prebuilt} (same examples, base model and "
+                       "settings)")
+            metrics = reused
+        else:
+            if config.sft.prebuilt:
+                typer.echo(f"training the warm start: {why}")
+            started = time.monotonic()
+            metrics = run_sft(config.sft, model, tokenizer, examples, out)
+            metrics["seconds"] = round(time.monotonic() - started, 1)
+            metrics["tasks"] = [e["task_id"] for e in examples]
+            metrics["left_out"] = dropped
+            metrics["fingerprint"] = fingerprint
     except (TaskError, FileNotFoundError, ValueError) as exc:
         _die(str(exc))
     write_json(out / "sft.json", {"enabled": True, **metrics})
@@ -450,11 +460,13 @@ def learning_cmd(
     window: int = typer.Option(5, help="steps in each of the first and the last window compared"),
 ) -> None:
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
-    a plot), and the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval."""
-    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, window_gain
+    a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
+    task by task, each train task's correct share and score at its last draw against its first."""
+    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, task_gain, window_gain
     from kevin.pipeline import read_step_summaries, write_csv, write_json
 
-    rows = learning_rows(read_step_summaries(run_dir))
+    summaries = read_step_summaries(run_dir)
+    rows = learning_rows(summaries)
     if not rows:
         _die(f"{run_dir} holds no finished training step (steps/step_N/summary.json)")
     out = out or run_dir / "plots"
@@ -473,7 +485,19 @@ def learning_cmd(
         typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
                    f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: "
                    + ("above the noise" if gain.learned else "not above the noise"))
-    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None})
+    paired = {}
+    for metric in ("correct_share", "score_mean"):
+        try:
+            paired[metric] = task_gain(summaries, metric)
+        except ValueError as exc:
+            typer.echo(f"no task-by-task comparison of {metric}: {exc}")
+            continue
+        p = paired[metric]
+        typer.echo(f"{metric}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
+                   f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: "
+                   + ("above the noise" if p.learned else "not above the noise"))
+    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
+                                       "per_task": {k: v.to_dict() for k, v in paired.items()}})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
 

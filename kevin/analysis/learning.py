@@ -8,6 +8,11 @@ steps' mean score above the first ``window`` steps' by more than the noise: the 
 of that difference, each window's steps drawn again with replacement, which asks how much the gain depends on
 which few steps happened to be in the windows.
 
+The steps draw different tasks, and tasks differ far more than one update moves a score, so the window means carry
+the task mix as noise. ``task_gain`` pairs instead: the task sampler draws every train task once an epoch, so a task
+drawn again was drawn later in training; each such task's figure at its last draw minus its first, averaged over
+those tasks, with a bootstrap over the tasks.
+
 matplotlib is imported by ``plot_learning`` only.
 """
 
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["LEARNING_FIELDS", "WindowGain", "learning_rows", "plot_learning", "window_gain"]
+__all__ = ["LEARNING_FIELDS", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -95,6 +100,71 @@ def window_gain(values: Sequence[float], window: int = 5, *, level: float = 0.9,
     low = diffs[int(tail * (draws - 1))]
     high = diffs[int(round((1 - tail) * (draws - 1)))]
     return WindowGain(window, _mean(first), _mean(last), low, high)
+
+
+@dataclass(frozen=True)
+class TaskGain:
+    """Each task's figure at its last draw against its first, over the tasks drawn at least twice (``task_gain``)."""
+
+    metric: str
+    """``correct_share`` or ``score_mean`` (of the task's kernels in the step that drew it)."""
+    tasks: int
+    """Tasks drawn at least twice."""
+    first: float
+    """Mean over those tasks of their first draw's figure."""
+    last: float
+    """Mean of their last draw's figure."""
+    low: float
+    """Lower end of the bootstrap interval of ``last - first`` (tasks redrawn with replacement)."""
+    high: float
+    """Upper end of the bootstrap interval."""
+
+    @property
+    def gain(self) -> float:
+        return self.last - self.first
+
+    @property
+    def learned(self) -> bool:
+        """The whole interval above zero."""
+        return self.low > 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "tasks": self.tasks, "first": self.first, "last": self.last,
+                "gain": self.gain, "low": self.low, "high": self.high, "learned": self.learned}
+
+
+def _task_figure(row: Mapping[str, Any], metric: str) -> float | None:
+    kernels = int(row.get("kernels", 0))
+    if metric == "correct_share":
+        return int(row["correct"]) / kernels if kernels else None
+    return float(row[metric]) if metric in row else None  # steps tracked before per-task scores have none
+
+
+def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_share", *, level: float = 0.9,
+              draws: int = 2000, seed: int = 0) -> TaskGain:
+    """Pair each task with itself: its ``metric`` in the last step that drew it minus the first (``summaries`` in
+    step order, each with its ``tasks`` rows), the mean over the tasks drawn at least twice, and a ``level``
+    percentile-bootstrap interval from ``draws`` seeded redraws of those tasks. ValueError when no task was drawn
+    twice with the figure known."""
+    if metric not in ("correct_share", "score_mean"):
+        raise ValueError(f"metric must be correct_share or score_mean, got {metric!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level}")
+    visits: dict[str, list[float]] = {}
+    for summary in sorted(summaries, key=lambda s: int(s["step"])):
+        for row in summary.get("tasks", []):
+            value = _task_figure(row, metric)
+            if value is not None:
+                visits.setdefault(str(row["task"]), []).append(value)
+    pairs = [(v[0], v[-1]) for v in visits.values() if len(v) >= 2]
+    if not pairs:
+        raise ValueError(f"no task was drawn twice yet ({len(visits)} tasks drawn once): the sampler draws each "
+                         "train task once an epoch, so this needs more than one epoch of steps")
+    rng = random.Random(seed)
+    diffs = sorted(_mean([b - a for a, b in rng.choices(pairs, k=len(pairs))]) for _ in range(draws))
+    tail = (1 - level) / 2
+    return TaskGain(metric, len(pairs), _mean([a for a, _ in pairs]), _mean([b for _, b in pairs]),
+                    diffs[int(tail * (draws - 1))], diffs[int(round((1 - tail) * (draws - 1)))])
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",

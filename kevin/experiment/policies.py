@@ -48,6 +48,16 @@ def model_label(config: RunConfig) -> str:
     return label
 
 
+def model_identity(config: RunConfig) -> str:
+    """What names the policy's own weights (before any warm start): the embedded model's file and its package's
+    version, or the ``policy.model`` a run loads (an adapter fits only the weights it was trained over)."""
+    if config.policy.backend == "embedded":
+        from kevin.policy.embedded import GGUF_FILE, package_version
+
+        return f"embedded:{GGUF_FILE}@{package_version()}"
+    return f"{config.policy.backend}:{config.policy.model}"
+
+
 def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, Any]:
     """(model, tokenizer) the trainer will update, in float32 on the CPU (the trainer moves it to its device and
     keeps float32 master weights). With ``sft.enabled`` that is the warm-started model the sft stage wrote."""

@@ -41,13 +41,18 @@ def turn_rows(trajectories: Sequence[Trajectory], samples: Sequence[TrainingSamp
 
 
 def task_rows(trajectories: Sequence[Trajectory]) -> list[dict[str, Any]]:
-    """Per task (in batch order): kernels, correct kernels, speedup of the fastest correct one (0 if none)."""
+    """Per task (in batch order): kernels, correct kernels, their mean score, speedup of the fastest correct one (0 if
+    none)."""
     rows: dict[str, dict[str, Any]] = {}
     for traj in trajectories:
-        row = rows.setdefault(traj.task_id, {"task": traj.task_id, "kernels": 0, "correct": 0, "best_speedup": 0.0})
+        row = rows.setdefault(traj.task_id, {"task": traj.task_id, "kernels": 0, "correct": 0, "score_mean": 0.0,
+                                             "best_speedup": 0.0})
         row["kernels"] += len(traj.turns)
         row["correct"] += sum(t.correct for t in traj.turns)
+        row["score_mean"] += sum(t.score for t in traj.turns)  # a sum until every trajectory is in
         row["best_speedup"] = max(row["best_speedup"], traj.best_speedup)
+    for row in rows.values():
+        row["score_mean"] = row["score_mean"] / row["kernels"] if row["kernels"] else 0.0
     return list(rows.values())
 
 

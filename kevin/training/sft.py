@@ -83,6 +83,13 @@ class SFTConfig(Settings):
     lora_r: int = 16
     """Rank of the LoRA adapter (``lora``); its alpha is twice the rank."""
 
+    prebuilt: str = ""
+    """A warm start built earlier (a folder holding ``model/`` and the ``sft.json`` that ``kevin sft`` wrote). When
+    its fingerprint (the examples, the base model, the settings above that shape training) is this warm start's,
+    ``kevin sft`` copies it instead of training; otherwise it trains and says why it could not reuse it. For
+    machines where training is slow: the CPU main job's adapter takes ~25 min on 2 cores and a second to copy.
+    Relative paths are under the project folder; "" always trains."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
             raise ValueError(f"sft.enabled must be true or false, got {self.enabled!r}")
@@ -101,6 +108,8 @@ class SFTConfig(Settings):
             raise ValueError(f"sft.fit_response_limit must be true or false, got {self.fit_response_limit!r}")
         if not isinstance(self.lora, bool):
             raise ValueError(f"sft.lora must be true or false, got {self.lora!r}")
+        if not isinstance(self.prebuilt, str):
+            raise ValueError(f"sft.prebuilt must be a folder (or \"\" to always train), got {self.prebuilt!r}")
         for name in ("batch_size", "max_length", "lora_r"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -222,6 +231,47 @@ def example_tokens(tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[i
     """Tokens of each example as the trainer sees it: prompt and answer through the chat template."""
     texts = [tokenizer.apply_chat_template(e["prompt"] + e["completion"], tokenize=False) for e in examples]
     return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+FINGERPRINT_SETTINGS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora", "lora_r")
+"""The settings that shape what the warm start learns (not where it is written, nor whether it may be reused)."""
+
+
+def warm_start_fingerprint(config: SFTConfig, examples: Sequence[dict[str, Any]], base: str) -> str:
+    """A digest of everything a warm start's result depends on: the examples as the trainer sees them (prompt and
+    answer messages, in order), the base model's identity ``base`` and the training settings. Two warm starts
+    with the same fingerprint train the same model (up to the hardware's arithmetic)."""
+    import hashlib
+    import json
+
+    record = {"base": base, "settings": {name: getattr(config, name) for name in FINGERPRINT_SETTINGS},
+              "examples": [[e["prompt"], e["completion"]] for e in examples]}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+def reuse_prebuilt(config: SFTConfig, fingerprint: str, out_dir: str | Path,
+                   project_dir: str | Path = ".") -> tuple[dict[str, Any] | None, str]:
+    """Copy the warm start of ``sft.prebuilt`` into ``out_dir`` when its fingerprint is ``fingerprint``. Returns
+    (its recorded metrics with ``prebuilt`` set to where it came from, "") or (None, why it was not reused)."""
+    import json
+    import shutil
+
+    if not config.prebuilt:
+        return None, "sft.prebuilt is not set"
+    folder = Path(config.prebuilt)
+    folder = folder if folder.is_absolute() else Path(project_dir) / folder
+    record_file = folder / "sft.json"
+    if not record_file.is_file() or not (folder / MODEL_DIR).is_dir():
+        return None, f"{folder} holds no warm start (sft.json and model/)"
+    record = json.loads(record_file.read_text(encoding="utf-8"))
+    if record.get("fingerprint") != fingerprint:
+        return None, (f"the warm start in {folder} was built from other examples, another base model or other "
+                      "settings (its fingerprint differs)")
+    target = Path(out_dir) / MODEL_DIR
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(folder / MODEL_DIR, target)
+    return {**record, "prebuilt": str(config.prebuilt)}, ""
 
 
 def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[dict[str, Any]],

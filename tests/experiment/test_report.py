@@ -32,8 +32,10 @@ def test_rows_per_turn_and_per_task():
         {"turn": 0, "kernels": 3, "correct": 1, "score_mean": 1.5 / 3, "return_mean": pytest.approx(2.74 / 3)},
         {"turn": 1, "kernels": 3, "correct": 2, "score_mean": pytest.approx(3.1 / 3), "return_mean": pytest.approx(3.1 / 3)},
     ]
-    assert task_rows(STEP) == [{"task": "l1/relu", "kernels": 4, "correct": 2, "best_speedup": 2.0},
-                               {"task": "l2/gemm", "kernels": 2, "correct": 1, "best_speedup": 0.5}]
+    # relu: scores 1.5, 2.3, 0, 0 -> 3.8 / 4; gemm: 0, 0.8 -> 0.8 / 2.
+    assert task_rows(STEP) == [
+        {"task": "l1/relu", "kernels": 4, "correct": 2, "score_mean": pytest.approx(0.95), "best_speedup": 2.0},
+        {"task": "l2/gemm", "kernels": 2, "correct": 1, "score_mean": pytest.approx(0.4), "best_speedup": 0.5}]
 
 
 def test_phase_seconds_add_up_turns_in_phase_order():

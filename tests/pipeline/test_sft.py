@@ -183,3 +183,38 @@ def test_bad_lora_settings_say_what_to_write(bad, message):
 
     with pytest.raises(ValueError, match=message):
         SFTConfig(**bad)
+
+
+def test_a_prebuilt_warm_start_is_reused_only_when_its_fingerprint_is_this_one(tasks, tmp_path):
+    import dataclasses
+    import json
+
+    from kevin.training.sft import SFTConfig, reuse_prebuilt, sft_examples, warm_start_fingerprint
+
+    examples = sft_examples(tasks, "cpu")
+    config = SFTConfig(enabled=True, lora=True, lora_r=8, epochs=12.0, lr=1.0e-3, prebuilt=str(tmp_path / "pre"))
+    base = "embedded:SmolLM2-135M-Instruct.Q4_1.gguf@0.1.2"
+    fingerprint = warm_start_fingerprint(config, examples, base)
+    assert len(fingerprint) == 64 and fingerprint == warm_start_fingerprint(config, examples, base)
+    # Every input that shapes the result changes it; where the result goes, or whether it may be reused, does not.
+    changed = [warm_start_fingerprint(dataclasses.replace(config, epochs=11.0), examples, base),
+               warm_start_fingerprint(dataclasses.replace(config, lora_r=16), examples, base),
+               warm_start_fingerprint(config, examples[:1], base),
+               warm_start_fingerprint(config, examples[::-1], base),
+               warm_start_fingerprint(config, examples, "hf:/models/other")]
+    assert len(set(changed) | {fingerprint}) == 6
+    assert warm_start_fingerprint(dataclasses.replace(config, output_dir="x", prebuilt=""), examples, base) == fingerprint
+
+    out = tmp_path / "out"
+    assert reuse_prebuilt(dataclasses.replace(config, prebuilt=""), fingerprint, out) == (None, "sft.prebuilt is not set")
+    assert reuse_prebuilt(config, fingerprint, out)[0] is None  # nothing there yet
+    pre = tmp_path / "pre"
+    (pre / "model").mkdir(parents=True)
+    (pre / "model" / "adapter_config.json").write_text("{}")
+    record = {"enabled": True, "examples": 2, "steps": 24, "train_loss": 0.01, "fingerprint": fingerprint}
+    (pre / "sft.json").write_text(json.dumps(record))
+    metrics, why = reuse_prebuilt(config, changed[0], out)
+    assert metrics is None and "fingerprint differs" in why and not (out / "model").exists()
+    metrics, why = reuse_prebuilt(config, fingerprint, out)
+    assert why == "" and metrics == {**record, "prebuilt": str(pre)}
+    assert (out / "model" / "adapter_config.json").read_text() == "{}"

@@ -96,7 +96,7 @@ def _embedded_tokenizer():
     from kevin.policy import embedded
 
     try:
-        folder = default_cache_dir() / "models" / f"smollm2-135m-instruct-{embedded._package_version()}-c{embedded.CONVERSION}"
+        folder = default_cache_dir() / "models" / f"smollm2-135m-instruct-{embedded.package_version()}-c{embedded.CONVERSION}"
     except FileNotFoundError:
         return None
     if not (folder / "tokenizer.json").is_file():
