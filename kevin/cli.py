@@ -439,8 +439,13 @@ def report_cmd(
     evaluation: Optional[Path] = typer.Option(None, "--evaluation", help="the evaluate stage's metrics (JSON), if any"),
     out: Path = typer.Option(..., help="folder for metrics.json (train and evaluation side by side) and report.md"),
     name: str = typer.Option("kevin", help="the experiment's name, the report's title"),
+    sft: Optional[Path] = typer.Option(None, help="the sft stage's record (sft.json): the report says how the warm "
+                                                  "start went"),
+    curve: Optional[Path] = typer.Option(None, help="the train stage's per-step curve (CSV): the report lists the "
+                                                    "mean score of every step"),
 ) -> None:
-    """The pipeline's report: the train and evaluation metrics in one JSON and one markdown page."""
+    """The pipeline's report: what happened in words, then the train and evaluation metrics, in one JSON and one
+    markdown page."""
     from kevin.pipeline import report_markdown, write_json
 
     if not train_metrics.is_file():
@@ -448,7 +453,14 @@ def report_cmd(
     train = json.loads(train_metrics.read_text(encoding="utf-8"))
     found = json.loads(evaluation.read_text(encoding="utf-8")) if evaluation and evaluation.is_file() else None
     write_json(out / "metrics.json", {"train": train, **({"evaluation": found} if found else {})})
-    (out / "report.md").write_text(report_markdown(train, found, name), encoding="utf-8")
+    record = json.loads(sft.read_text(encoding="utf-8")) if sft and sft.is_file() else None
+    steps = []
+    if curve and curve.is_file():
+        import csv
+
+        with curve.open(encoding="utf-8", newline="") as handle:
+            steps = list(csv.DictReader(handle))
+    (out / "report.md").write_text(report_markdown(train, found, name, sft=record, steps=steps), encoding="utf-8")
     typer.echo(f"report: {out / 'report.md'}  metrics: {out / 'metrics.json'}")
 
 

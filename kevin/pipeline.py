@@ -121,9 +121,45 @@ def merge_baselines(previous: Mapping[str, Any], hardware: str, entry: Mapping[s
     return dict(sorted(merged.items()))
 
 
-def report_markdown(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None, experiment: str) -> str:
-    """The report stage's summary: the train metrics, and the evaluation's when the evaluate stage wrote them."""
-    lines = [f"# {experiment}", "", "## Training", "", "| metric | value |", "|---|---|"]
+def what_happened(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None, *,
+                  sft: Mapping[str, Any] | None = None, steps: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The report's first lines, in words: the warm start (``sft``: the sft stage's record), what training did
+    step by step (``steps``: the train curve's rows) and what the evaluation found; and the reason when a run
+    could not learn (no correct kernel: every advantage 0)."""
+    lines = []
+    if sft is not None:
+        if not sft.get("enabled"):
+            lines.append("- Warm start: off (training starts from the policy's own weights).")
+        else:
+            how = (f"reused the one built earlier in `{sft['prebuilt']}`" if sft.get("prebuilt")
+                   else f"trained in {float(sft.get('seconds', 0.0)):.0f} s")
+            lines.append(f"- Warm start: {sft.get('examples', 0)} answers learned ({sft.get('steps', 0)} steps, loss "
+                         f"{float(sft.get('train_loss', 0.0)):.3g}); {how}.")
+    kernels, correct = int(train.get("kernels", 0)), int(train.get("correct", 0))
+    line = (f"- Training: {train.get('steps_done', 0)} steps, {kernels} kernels judged, {correct} correct"
+            + (f" ({correct / kernels:.0%})" if kernels else "") + ".")
+    if steps:
+        scores = [float(r["score_mean"]) for r in steps]
+        line += " Mean kernel score per step: " + ", ".join(f"{v:.3f}" for v in scores)
+        line += f" (last - first: {scores[-1] - scores[0]:+.3f})." if len(scores) > 1 else "."
+    lines.append(line)
+    if kernels and not correct:
+        lines.append("- No training kernel was correct: every score was 0, so every advantage was 0 and no update "
+                     "changed the policy.")
+    if evaluation:
+        judged, good = int(evaluation.get("kernels", 0)), int(evaluation.get("correct_kernels", 0))
+        lines.append(f"- Evaluation: {judged} kernels judged, {good} correct"
+                     + (f" ({good / judged:.0%})" if judged else "")
+                     + f", geomean speedup of the correct ones {float(evaluation.get('geomean_speedup', 0.0)):.2f}x.")
+    return lines
+
+
+def report_markdown(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None, experiment: str, *,
+                    sft: Mapping[str, Any] | None = None, steps: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The report stage's page: what happened in words (``what_happened``), then the train metrics, and the
+    evaluation's when the evaluate stage wrote them."""
+    lines = [f"# {experiment}", "", "## What happened", "", *what_happened(train, evaluation, sft=sft, steps=steps),
+             "", "## Training", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in train.items() if k != "verdicts"]
     if train.get("verdicts"):
         lines += ["", "verdicts: " + ", ".join(f"{k} {v}" for k, v in train["verdicts"].items())]

@@ -75,3 +75,25 @@ def test_the_report_shows_both_stages_metrics():
     assert text.splitlines()[0] == "# gamma-0.8"
     assert "| score_mean | 0.6 |" in text and "verdicts: correct 3" in text and "| eval.fast_1 | 0.25 |" in text
     assert "the evaluate stage has not run" in report_markdown({"steps_done": 0}, None, "x")
+
+
+def test_the_report_says_in_words_what_happened():
+    from kevin.pipeline import report_markdown, what_happened
+
+    train = {"steps_done": 2, "kernels": 16, "correct": 3, "verdicts": {"correct": 3, "compile_error": 13}}
+    steps = [{"step": "0", "score_mean": "0.125"}, {"step": "1", "score_mean": "0.3"}]
+    evaluation = {"kernels": 4, "correct_kernels": 1, "geomean_speedup": 0.42}
+    sft = {"enabled": True, "examples": 13, "steps": 156, "train_loss": 0.0712, "prebuilt": "data/warmstart/prebuilt/cpu"}
+    assert what_happened(train, evaluation, sft=sft, steps=steps) == [
+        "- Warm start: 13 answers learned (156 steps, loss 0.0712); reused the one built earlier in "
+        "`data/warmstart/prebuilt/cpu`.",
+        "- Training: 2 steps, 16 kernels judged, 3 correct (19%). Mean kernel score per step: 0.125, 0.300 "
+        "(last - first: +0.175).",
+        "- Evaluation: 4 kernels judged, 1 correct (25%), geomean speedup of the correct ones 0.42x."]
+    trained = dict(sft, prebuilt=None, seconds=1534.4)
+    assert what_happened(train, None, sft=trained)[0].endswith("; trained in 1534 s.")
+    assert what_happened(train, None, sft={"enabled": False})[0].startswith("- Warm start: off")
+    nothing = what_happened({"steps_done": 2, "kernels": 16, "correct": 0}, None)
+    assert nothing[1].startswith("- No training kernel was correct: every score was 0, so every advantage was 0")
+    text = report_markdown(train, evaluation, "cpu-demo", sft=sft, steps=steps)
+    assert text.splitlines()[:4] == ["# cpu-demo", "", "## What happened", ""]
