@@ -384,33 +384,26 @@ def sft_cmd(
         return
     from kevin.experiment.policies import load_model, model_identity
     from kevin.tasks import TaskError, load_tasks, read_split
-    from kevin.training.sft import fit_examples, reuse_prebuilt, run_sft, sft_examples, warm_start_fingerprint
+    from kevin.training.sft import reuse_prebuilt, run_sft, warm_start_examples, warm_start_fingerprint
 
     try:
         chosen = read_split(split)
         train_ids = {e.task_id for e in chosen.train}
         tasks = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in train_ids]
-        examples = sft_examples(tasks, config.backend, profile=config.profile,
-                                system_prompt=config.rollout.system_prompt,
-                                include_example=config.rollout.include_example,
-                                prompt_style=config.rollout.prompt_style,
-                                data_dir=config.sft.data or None)
         if config.experiment.torch_threads:  # as the training run: two threads on two busy cores are much slower
             import torch
 
             torch.set_num_threads(config.experiment.torch_threads)
         base = dataclasses.replace(config, sft=dataclasses.replace(config.sft, enabled=False))
         model, tokenizer = load_model(base)
-        dropped: dict[str, int] = {}
-        if config.sft.fit_response_limit:
-            examples, dropped = fit_examples(tokenizer, examples, config.max_response_tokens)
-            if dropped:
-                typer.echo(f"left out {len(dropped)} answers longer than max_response_tokens "
-                           f"({config.max_response_tokens}): {dropped}")
-            if not examples:
-                raise ValueError(f"no warm-start answer fits in max_response_tokens ({config.max_response_tokens}): "
-                                 "raise it, set sft.data to shorter answers (data/warmstart), or set "
-                                 "sft.fit_response_limit false")
+        examples, dropped = warm_start_examples(config, tasks, tokenizer)
+        if dropped:
+            typer.echo(f"left out {len(dropped)} answers longer than max_response_tokens "
+                       f"({config.max_response_tokens}): {dropped}")
+        if not examples:
+            raise ValueError(f"no warm-start answer fits in max_response_tokens ({config.max_response_tokens}): "
+                             "raise it, set sft.data to shorter answers (data/warmstart), or set "
+                             "sft.fit_response_limit false")
         fingerprint = warm_start_fingerprint(config.sft, examples, model_identity(base))
         reused, why = reuse_prebuilt(config.sft, fingerprint, out)
         if reused is not None:

@@ -233,6 +233,18 @@ def example_tokens(tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[i
     return [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
 
 
+def warm_start_examples(config: Any, tasks: Sequence[Task], tokenizer: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The examples the warm start of run config ``config`` trains on, over the train ``tasks``: its answers (the
+    ``sft`` section's data), asked as the rollout asks (backend, profile, prompt style), less those longer than the
+    response limit with ``sft.fit_response_limit``; and {task id: answer tokens} of those left out."""
+    examples = sft_examples(tasks, config.backend, profile=config.profile, system_prompt=config.rollout.system_prompt,
+                            include_example=config.rollout.include_example, prompt_style=config.rollout.prompt_style,
+                            data_dir=config.sft.data or None)
+    if not config.sft.fit_response_limit:
+        return examples, {}
+    return fit_examples(tokenizer, examples, config.max_response_tokens)
+
+
 FINGERPRINT_SETTINGS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora", "lora_r")
 """The settings that shape what the warm start learns (not where it is written, nor whether it may be reused)."""
 

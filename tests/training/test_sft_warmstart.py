@@ -125,3 +125,32 @@ def test_the_cpu_profile_trains_on_a_dozen_level1_answers_that_fit_its_response_
     from kevin.training.sft import example_tokens
 
     assert max(example_tokens(tokenizer, kept)) <= run.sft.max_length
+
+
+def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
+    """The sft stage of `make run` copies data/warmstart/prebuilt/cpu only while its fingerprint is the cpu profile's:
+    an answer, a setting or the base model changed without rebuilding it would cost every user ~25 min of training."""
+    import json
+
+    from kevin.config import RunConfig
+    from kevin.experiment.policies import model_identity
+    from kevin.training.sft import warm_start_examples, warm_start_fingerprint
+
+    try:
+        from kevin.policy.embedded import embedded_hf_dir
+
+        folder = embedded_hf_dir()  # converts the GGUF file once (about a minute), then cached
+    except (FileNotFoundError, ImportError) as exc:
+        pytest.skip(f"the embedded model is not installed: {exc}")
+    from transformers import AutoTokenizer
+
+    run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"])
+    shipped = json.loads((REPO / run.sft.prebuilt / "sft.json").read_text())
+    # The train tasks with a concise answer, in the suite's order (as `kevin sft` reads them from the split).
+    tasks = [suite[t] for t in sorted(set(shipped["tasks"]) | set(shipped["left_out"]))]
+    examples, dropped = warm_start_examples(run, tasks, AutoTokenizer.from_pretrained(str(folder)))
+    assert [e["task_id"] for e in examples] == shipped["tasks"] and dropped == shipped["left_out"]
+    fingerprint = warm_start_fingerprint(run.sft, examples, model_identity(run))
+    assert fingerprint == shipped["fingerprint"], (
+        "data/warmstart/prebuilt/cpu is stale: rebuild it with the command in docs/learning.md")
+    assert (REPO / run.sft.prebuilt / "model" / "adapter_model.safetensors").stat().st_size > 1_000_000
