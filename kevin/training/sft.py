@@ -132,7 +132,12 @@ def merge_adapter(model: Any, folder: str | Path) -> Any:
     trainer (and another adapter of the RL run) can train like any other."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    merged = PeftModel.from_pretrained(model, str(folder)).merge_and_unload()
+    # peft froze the base weights to train its adapter; merged, they are the model's own again, and a full-weight
+    # update (train.lora false) must be able to train every one of them.
+    for param in merged.parameters():
+        param.requires_grad_(True)
+    return merged
 
 
 def reasoning_text(task: Task, backend: str) -> str:

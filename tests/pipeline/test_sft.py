@@ -142,6 +142,8 @@ def test_a_lora_warm_start_saves_an_adapter_that_the_run_merges_into_its_base(ta
     run = RunConfig.from_dict({"policy": {"backend": "hf", "model": str(base_dir)}, "sft": config.to_dict()})
     merged, _ = load_model(run)
     assert not hasattr(merged, "peft_config")  # a plain model: the RL run may wrap it in its own adapter
+    # ... or train every weight (train.lora false, the CPU main job): peft froze the base, the merge gives it back.
+    assert all(p.requires_grad for p in merged.parameters())
     state = {k: v.clone() for k, v in merged.state_dict().items()}
     assert set(state) == set(original)
     changed = [k for k in original if not torch.equal(state[k], original[k])]
