@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,11 @@ class ExperimentConfig(Settings):
     tasks_per_batch: int = 8
     """Tasks per training step (the paper: 8), drawn from the train split balanced across levels, seeded, each task
     once per epoch."""
+
+    tasks: list[str] = field(default_factory=list)
+    """Train on these tasks of the split's train side only (ids such as ``level1/02_gelu``); []: every train task. For
+    a short run that should practise what its warm start knows (the CPU main job). A task outside the train side is
+    an error: no held-out task can slip into training."""
 
     seed: int = 0
     """Seed of the task sampler (the model's and the sampler's generators are seeded by ``train.seed`` and
@@ -96,6 +101,9 @@ class ExperimentConfig(Settings):
         for name in ("steps", "tasks_per_batch", "checkpoint_every", "rollout_waves"):
             if not _positive_int(getattr(self, name)):
                 raise ValueError(f"experiment.{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not isinstance(self.tasks, list) or not all(isinstance(t, str) and t for t in self.tasks):
+            raise ValueError(f"experiment.tasks must be a list of task ids (e.g. [level1/02_gelu]), or [] for every "
+                             f"train task, got {self.tasks!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"experiment.seed must be an integer, got {self.seed!r}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:

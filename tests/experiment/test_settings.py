@@ -106,3 +106,18 @@ def test_the_time_limit_pauses_before_a_step_that_would_overrun_it(monkeypatch, 
                                        project_dir=tmp_path)
     unlimited._step_began = clock.now - 10_000.0
     assert unlimited._pause_reason(0) == ""
+
+
+def test_experiment_tasks_narrow_the_train_side_and_never_reach_the_eval_side(tmp_path):
+    from kevin.experiment.run import split_side, train_tasks
+
+    config = RunConfig.from_dict({})
+    every = [t.task_id for t in train_tasks(config)]
+    held = [t.task_id for t in split_side(config, "", "eval")]
+    chosen = [every[3], every[0]]
+    narrowed = RunConfig.from_dict({"experiment": {"tasks": chosen}})
+    assert [t.task_id for t in train_tasks(narrowed)] == [every[0], every[3]]  # the split's order
+    with pytest.raises(ValueError, match=r"not train tasks of the split \(held-out tasks never train\)"):
+        train_tasks(RunConfig.from_dict({"experiment": {"tasks": [every[0], held[0]]}}))
+    with pytest.raises(ValueError, match="experiment.tasks must be a list of task ids"):
+        ExperimentConfig.from_dict({"tasks": "level1/02_gelu"})
