@@ -19,11 +19,11 @@ matplotlib is imported by ``plot_learning`` only.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["LEARNING_FIELDS", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
+__all__ = ["LEARNING_FIELDS", "Gain", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -51,14 +51,13 @@ def learning_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
 
 
 @dataclass(frozen=True)
-class WindowGain:
-    """The last ``window`` steps' mean against the first ``window`` steps' (``window_gain``)."""
+class Gain:
+    """A figure late in training against the same figure early, with a bootstrap interval of the difference."""
 
-    window: int
     first: float
-    """Mean of the first ``window`` values."""
+    """The early mean."""
     last: float
-    """Mean of the last ``window`` values."""
+    """The late mean."""
     low: float
     """Lower end of the bootstrap interval of ``last - first``."""
     high: float
@@ -70,12 +69,37 @@ class WindowGain:
 
     @property
     def learned(self) -> bool:
-        """The whole interval above zero: the gain is more than the noise of the steps in its windows."""
+        """The whole interval above zero: the gain is more than the noise the bootstrap sees."""
         return self.low > 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window": self.window, "first": self.first, "last": self.last, "gain": self.gain, "low": self.low,
-                "high": self.high, "learned": self.learned}
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "gain": self.gain, "learned": self.learned}
+
+
+@dataclass(frozen=True)
+class WindowGain(Gain):
+    """The last ``window`` steps' mean against the first ``window`` steps' (``window_gain``); the interval redraws
+    the steps of both windows."""
+
+    window: int = 5
+
+
+@dataclass(frozen=True)
+class TaskGain(Gain):
+    """Each task's figure at its last draw against its first, over the tasks drawn at least twice (``task_gain``);
+    the interval redraws the tasks."""
+
+    metric: str = "correct_share"
+    """``correct_share`` or ``score_mean`` (of the task's kernels in the step that drew it)."""
+    tasks: int = 0
+    """Tasks drawn at least twice."""
+
+
+def _interval(diffs: list[float], level: float) -> tuple[float, float]:
+    """The ``level`` percentile interval of bootstrap draws ``diffs``."""
+    diffs = sorted(diffs)
+    tail = (1 - level) / 2
+    return diffs[int(tail * (len(diffs) - 1))], diffs[int(round((1 - tail) * (len(diffs) - 1)))]
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -95,42 +119,9 @@ def window_gain(values: Sequence[float], window: int = 5, *, level: float = 0.9,
         raise ValueError(f"level must be between 0 and 1, got {level}")
     first, last = [float(v) for v in values[:window]], [float(v) for v in values[-window:]]
     rng = random.Random(seed)
-    diffs = sorted(_mean(rng.choices(last, k=window)) - _mean(rng.choices(first, k=window)) for _ in range(draws))
-    tail = (1 - level) / 2
-    low = diffs[int(tail * (draws - 1))]
-    high = diffs[int(round((1 - tail) * (draws - 1)))]
-    return WindowGain(window, _mean(first), _mean(last), low, high)
-
-
-@dataclass(frozen=True)
-class TaskGain:
-    """Each task's figure at its last draw against its first, over the tasks drawn at least twice (``task_gain``)."""
-
-    metric: str
-    """``correct_share`` or ``score_mean`` (of the task's kernels in the step that drew it)."""
-    tasks: int
-    """Tasks drawn at least twice."""
-    first: float
-    """Mean over those tasks of their first draw's figure."""
-    last: float
-    """Mean of their last draw's figure."""
-    low: float
-    """Lower end of the bootstrap interval of ``last - first`` (tasks redrawn with replacement)."""
-    high: float
-    """Upper end of the bootstrap interval."""
-
-    @property
-    def gain(self) -> float:
-        return self.last - self.first
-
-    @property
-    def learned(self) -> bool:
-        """The whole interval above zero."""
-        return self.low > 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric, "tasks": self.tasks, "first": self.first, "last": self.last,
-                "gain": self.gain, "low": self.low, "high": self.high, "learned": self.learned}
+    low, high = _interval([_mean(rng.choices(last, k=window)) - _mean(rng.choices(first, k=window))
+                           for _ in range(draws)], level)
+    return WindowGain(first=_mean(first), last=_mean(last), low=low, high=high, window=window)
 
 
 def _task_figure(row: Mapping[str, Any], metric: str) -> float | None:
@@ -161,10 +152,9 @@ def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_sha
         raise ValueError(f"no task was drawn twice yet ({len(visits)} tasks drawn once): the sampler draws each "
                          "train task once an epoch, so this needs more than one epoch of steps")
     rng = random.Random(seed)
-    diffs = sorted(_mean([b - a for a, b in rng.choices(pairs, k=len(pairs))]) for _ in range(draws))
-    tail = (1 - level) / 2
-    return TaskGain(metric, len(pairs), _mean([a for a, _ in pairs]), _mean([b for _, b in pairs]),
-                    diffs[int(tail * (draws - 1))], diffs[int(round((1 - tail) * (draws - 1)))])
+    low, high = _interval([_mean([b - a for a, b in rng.choices(pairs, k=len(pairs))]) for _ in range(draws)], level)
+    return TaskGain(first=_mean([a for a, _ in pairs]), last=_mean([b for _, b in pairs]), low=low, high=high,
+                    metric=metric, tasks=len(pairs))
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
