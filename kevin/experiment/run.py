@@ -94,14 +94,14 @@ def train_tasks(config: RunConfig) -> list[Task]:
     """The tasks the run trains on: the train side of ``experiment.split`` (a split file), else of the split the
     ``splits`` section draws; only those of ``experiment.tasks`` when it names some."""
     tasks = split_side(config, config.experiment.split, "train")
-    chosen = config.experiment.tasks
+    chosen = set(config.experiment.tasks)
     if not chosen:
         return tasks
-    unknown = sorted(set(chosen) - {t.task_id for t in tasks})
+    unknown = sorted(chosen - {t.task_id for t in tasks})
     if unknown:
         raise ValueError(f"experiment.tasks names {unknown}, which are not train tasks of the split (held-out tasks "
                          "never train)")
-    return [t for t in tasks if t.task_id in set(chosen)]
+    return [t for t in tasks if t.task_id in chosen]
 
 
 def split_side(config: RunConfig, split_file: str, side: str) -> list[Task]:
