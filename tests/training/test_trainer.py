@@ -65,11 +65,14 @@ def params_of(model):
 
 
 def test_pad_prompt_completion_layout():
-    ids, attn, pos, cmask = pad_prompt_completion([[7, 8, 9], [5]], [[1], [2, 3, 4]], pad_id=0)
-    assert ids.tolist() == [[7, 8, 9, 1, 0, 0], [0, 0, 5, 2, 3, 4]]
-    assert attn.tolist() == [[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]]
-    assert pos[0, :4].tolist() == [0, 1, 2, 3] and pos[1, 2:].tolist() == [0, 1, 2, 3]
-    assert cmask.tolist() == [[True, False, False], [True, True, True]]
+    ids, attn, pos, cmask, index = pad_prompt_completion([[7, 8, 9], [5], [4]], [[1], [2, 3, 4], []], pad_id=0)
+    # Every sequence starts at column 0, so no query's attention row is all padding (NaN gradients on the GPU).
+    assert ids.tolist() == [[7, 8, 9, 1], [5, 2, 3, 4], [4, 0, 0, 0]]
+    assert attn.tolist() == [[1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0]]
+    assert pos.tolist() == [[0, 1, 2, 3]] * 3
+    assert cmask.tolist() == [[True, False, False], [True, True, True], [False, False, False]]
+    assert index[0, 0] == 3 and index[1].tolist() == [1, 2, 3]  # the columns of the completion tokens
+    assert bool((index >= 1).all())  # padding too: the column before each index exists
 
 
 def test_sequence_logprobs_equals_manual_gather_and_masks(model):

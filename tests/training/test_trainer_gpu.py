@@ -51,3 +51,18 @@ def test_cuda_generate_update_checkpoint(tmp_path, lora):
     first = [o.token_ids for o in policy(["<u>x<a>"] * 3)]
     policy.load_state_dict(state)
     assert [o.token_ids for o in policy(["<u>x<a>"] * 3)] == first  # the sampler's CUDA RNG state round-trips
+
+
+def test_bf16_gradients_stay_finite_when_prompt_lengths_differ_widely():
+    # A left-padded batch gives the short prompts' pad positions attention rows with nothing to attend to; the
+    # memory-efficient SDPA backward made NaN of those on the H200 (a GRPO step's both optimiser steps skipped).
+    tok = tiny_tokenizer()
+    model = tiny_model(tok, hidden=64).cuda().train()
+    prompts = [[5 + i % 50 for i in range(n)] for n in (300, 1, 7, 150)]
+    completions = [[60 + i % 20 for i in range(n)] for n in (5, 40, 1, 12)]
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = sequence_logprobs(model, prompts, completions, temperature=0.7)
+    (out.logprobs.sum() / out.mask.sum()).backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads and all(bool(torch.isfinite(g).all()) for g in grads)
+    assert sum(float(g.norm()) for g in grads) > 0
