@@ -179,12 +179,30 @@ def load_checkpoint(trainer: GRPOTrainer, path: str | Path) -> dict[str, Any]:
     if trainer.engine is None:
         trainer.optimizer.load_state_dict(opt["optimizer"])
     trainer.scheduler.load_state_dict(opt["scheduler"])
+    _follow_configured_lr(trainer)
     # Our own file (RNG states are python/numpy objects, which weights_only refuses).
     rest = torch.load(path / "state.pt", map_location="cpu", weights_only=False)
     set_rng_state(rest["rng"])
     trainer.optimizer_steps = int(state["optimizer_steps"])
     return {"step": int(state["step"]), "optimizer_steps": trainer.optimizer_steps, "config": state["config"],
             "extra": rest.get("extra", {})}
+
+
+def _follow_configured_lr(trainer: GRPOTrainer) -> None:
+    """Put the run's configured ``train.lr`` back after the optimiser and scheduler states were loaded.
+
+    Both states carry the lr the checkpoint ran at, so without this a resume with a changed ``train.lr`` would
+    silently go on at the old one. The schedule (warmup, decay) continues from its step at the new peak."""
+    scheduler, lr = trainer.scheduler, float(trainer.config.lr)
+    if all(base == lr for base in scheduler.base_lrs):
+        return
+    log.warning("train.lr is %g; the checkpoint ran at %s: the run goes on at %g", lr,
+                ", ".join(f"{b:g}" for b in sorted(set(scheduler.base_lrs))), lr)
+    scheduler.base_lrs = [lr] * len(scheduler.base_lrs)
+    for group, factor in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
+        group["initial_lr"] = lr
+        group["lr"] = lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]
 
 
 def _load_weights(trainer: GRPOTrainer, model_dir: Path) -> None:

@@ -352,6 +352,26 @@ def test_resumed_run_continues_identically(tok, tmp_path):
         assert torch.allclose(a, b, atol=1e-7), n
 
 
+def test_a_resume_with_a_changed_lr_goes_on_at_the_new_lr(tok, tmp_path):
+    # The optimiser's and the scheduler's saved states both hold the old lr; the configured one must win.
+    cfg = dict(lr_schedule="linear", warmup_ratio=0.0)
+    first = GRPOTrainer(tiny_model(tok, seed=5), config(lr=1e-2, **cfg))
+    first.update(make_samples(seed=1))  # 2 optimiser steps
+    first.save_checkpoint(tmp_path, 0)
+    same = GRPOTrainer(tiny_model(tok, seed=5), config(lr=1e-2, **cfg))
+    same.resume(tmp_path)
+    changed = GRPOTrainer(tiny_model(tok, seed=5), config(lr=3e-2, **cfg))
+    changed.resume(tmp_path)
+    total = changed.config.total_optimizer_steps
+    factor = 1.0 - 2 / total  # linear decay after 2 of its optimiser steps
+    assert same.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * factor, rel=1e-12)
+    assert changed.optimizer.param_groups[0]["lr"] == pytest.approx(3e-2 * factor, rel=1e-12)
+    before = params_of(changed.model)
+    changed.update(make_samples(seed=2))
+    assert changed.scheduler.get_last_lr()[0] == pytest.approx(3e-2 * (1.0 - 4 / total), rel=1e-12)
+    assert any(not torch.equal(before[n], p) for n, p in changed.model.named_parameters())
+
+
 def test_resume_without_checkpoint_starts_at_zero(model, tmp_path):
     assert GRPOTrainer(model, config()).resume(tmp_path / "none") == 0
 

@@ -58,8 +58,8 @@ def test_bf16_gradients_stay_finite_when_prompt_lengths_differ_widely():
     # memory-efficient SDPA backward made NaN of those on the H200 (a GRPO step's both optimiser steps skipped).
     tok = tiny_tokenizer()
     model = tiny_model(tok, hidden=64).cuda().train()
-    prompts = [[5 + i % 50 for i in range(n)] for n in (300, 1, 7, 150)]
-    completions = [[60 + i % 20 for i in range(n)] for n in (5, 40, 1, 12)]
+    prompts = [[5 + i % 40 for i in range(n)] for n in (300, 1, 7, 150)]  # ids inside the tiny vocabulary (52)
+    completions = [[5 + (7 * i) % 40 for i in range(n)] for n in (5, 40, 1, 12)]
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = sequence_logprobs(model, prompts, completions, temperature=0.7)
     (out.logprobs.sum() / out.mask.sum()).backward()
