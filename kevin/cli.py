@@ -479,8 +479,10 @@ def learning_cmd(
     write_csv(out / "learning.csv", rows, [*LEARNING_FIELDS, *extra])
     for row in rows:
         turns = "  ".join(f"t{k.rsplit('_', 1)[1]} {row[k]:.3f}" for k in extra if k.startswith("score_mean_turn_"))
+        moved = (f"  lr {row['lr']:.1e}  kl {row['policy_kl']:.1e}  entropy {row['entropy']:.3f}"
+                 + (f"  skipped {row['skipped_steps']}" if row["skipped_steps"] else "")) if "lr" in row else ""
         typer.echo(f"step {row['step']:3d}  kernels {row['kernels']:3d}  correct {row['correct_share']:.3f}  "
-                   f"score {row['score_mean']:.3f}  ({turns})")
+                   f"score {row['score_mean']:.3f}  ({turns}){moved}")
     gain = None
     try:
         gain = window_gain([r["score_mean"] for r in rows], window)

@@ -23,11 +23,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["LEARNING_FIELDS", "Gain", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
+__all__ = ["LEARNING_FIELDS", "UPDATE_FIELDS", "Gain", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
-``correct_share_turn_N``."""
+``correct_share_turn_N``; for a step with an update, ``UPDATE_FIELDS``."""
+
+UPDATE_FIELDS = ("lr", "policy_kl", "entropy", "skipped_steps")
+"""How far the update moved the policy, so a flat curve can be told apart from too small a step: the lr, the
+largest approximate KL divergence a later optimiser step of the step measured from the policy that sampled it
+(the first step is on-policy: 0), the policy's mean token entropy, and the optimiser steps skipped for a
+non-finite gradient."""
 
 
 def learning_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -46,6 +52,12 @@ def learning_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             n = int(t["turn"]) + 1
             row[f"score_mean_turn_{n}"] = float(t["score_mean"])
             row[f"correct_share_turn_{n}"] = int(t["correct"]) / int(t["kernels"]) if int(t["kernels"]) else 0.0
+        updates = summary.get("update") or []
+        if updates:
+            row.update(lr=float(updates[-1].get("lr", 0.0)),
+                       policy_kl=max(float(u.get("approx_kl", 0.0)) for u in updates),
+                       entropy=sum(float(u.get("entropy", 0.0)) for u in updates) / len(updates),
+                       skipped_steps=sum(int(u.get("skipped", 0)) for u in updates))
         rows.append(row)
     return rows
 

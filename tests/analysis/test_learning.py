@@ -23,6 +23,19 @@ def test_rows_weigh_every_kernel_and_keep_each_turn():
                    "score_mean_turn_2": 2.0, "correct_share_turn_2": 1.0}
 
 
+def test_rows_say_how_far_the_update_moved_the_policy():
+    from kevin.analysis.learning import learning_rows
+
+    summary = _summary(0, [(2, 1, 0.5)])
+    summary["update"] = [{"lr": 1e-4, "approx_kl": 0.0, "entropy": 0.02, "skipped": 0.0},
+                         {"lr": 1e-4, "approx_kl": 3e-4, "entropy": 0.04, "skipped": 1.0}]
+    (row,) = learning_rows([summary])
+    assert row["lr"] == 1e-4 and row["policy_kl"] == 3e-4 and row["skipped_steps"] == 1
+    assert row["entropy"] == pytest.approx(0.03)
+    (bare,) = learning_rows([_summary(0, [(2, 1, 0.5)])])  # a step without an update: no such columns
+    assert "policy_kl" not in bare
+
+
 def test_the_gain_of_the_last_window_over_the_first_with_its_interval():
     from kevin.analysis.learning import window_gain
 
