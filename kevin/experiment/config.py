@@ -67,6 +67,11 @@ class ExperimentConfig(Settings):
     a CPU machine that other work shares, 1 is often much faster: a small model's generation is many small
     operations, and every one of them waits for the slowest thread."""
 
+    update_threads: int = 0
+    """PyTorch's threads during the update only; 0: as ``torch_threads``. The update is a few large matrix products
+    with nothing else running (the step's kernels are judged by then), so it can use every core even where
+    generation is faster on one."""
+
     rollout_waves: int = 1
     """Groups a step's trajectories are cut into so that their turns overlap: while one wave's kernels compile and
     run, the next wave generates (``kevin/rollout/waves.py``). Wave k holds the trajectories whose index is k modulo
@@ -108,6 +113,9 @@ class ExperimentConfig(Settings):
             raise ValueError(f"experiment.seed must be an integer, got {self.seed!r}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
             raise ValueError(f"experiment.torch_threads must be an integer >= 0 (0: one per core), got {self.torch_threads!r}")
+        if isinstance(self.update_threads, bool) or not isinstance(self.update_threads, int) or self.update_threads < 0:
+            raise ValueError(f"experiment.update_threads must be an integer >= 0 (0: torch_threads), "
+                             f"got {self.update_threads!r}")
         if isinstance(self.generation_retries, bool) or not isinstance(self.generation_retries, int) \
                 or self.generation_retries < 0:
             raise ValueError(f"experiment.generation_retries must be an integer >= 0, got {self.generation_retries!r}")

@@ -72,6 +72,22 @@ TRACKED = ".tracked"
 """Marker file: the step's metrics and artifacts are in MLflow (a redone step does not log them twice)."""
 
 
+@contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """PyTorch's intra-op threads set to ``threads`` inside the block (0: left as they are), restored after."""
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def step_dir(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
 
@@ -437,7 +453,7 @@ class TrainingRun:
 
         samples = load_records(self._dir(step) / SAMPLES_FILE, TrainingSample)
         self.progress.phase(step, f"update: {len(samples)} samples, {self.config.train.grad_steps} optimiser steps")
-        with self._timed(step, "update"):
+        with self._timed(step, "update"), torch_threads(self.config.experiment.update_threads):
             metrics = self.trainer.update(samples) if samples else []
         return _write_json(self._dir(step) / "update.json", metrics)
 

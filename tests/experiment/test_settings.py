@@ -41,11 +41,28 @@ def test_the_output_folder():
     ({"retry_delay_s": float("nan")}, "retry_delay_s must be a number of seconds"),
     ({"time_limit_s": -5}, "time_limit_s must be a number of seconds"),
     ({"torch_threads": -1}, "torch_threads must be an integer >= 0"),
+    ({"update_threads": 1.5}, "update_threads must be an integer >= 0"),
     ({"stepz": 1}, r"unknown experiment settings: \['stepz'\]"),
 ])
 def test_bad_experiment_settings(settings, message):
     with pytest.raises(ValueError, match=message):
         ExperimentConfig.from_dict(settings)
+
+
+def test_the_update_runs_on_its_own_thread_count_and_gives_the_old_one_back():
+    import torch
+
+    from kevin.experiment.run import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(before + 1):
+        assert torch.get_num_threads() == before + 1
+    assert torch.get_num_threads() == before
+    with torch_threads(0):  # 0: left as it is
+        assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(before + 2):
+        raise RuntimeError("an update that fails")
+    assert torch.get_num_threads() == before
 
 
 @pytest.mark.parametrize("policy, message", [
