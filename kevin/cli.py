@@ -137,7 +137,8 @@ def train_cmd(
         help="with --resume: a run in the output folder started with other settings is removed and a new one starts "
              "(the DVC train stage: a changed parameter means a new run, the same ones a resume)"),
     metrics: Optional[Path] = typer.Option(None, help="write the run's metrics here (JSON) when it ends"),
-    curve: Optional[Path] = typer.Option(None, help="write the run's per-step curve here (CSV) when it ends"),
+    curve: Optional[Path] = typer.Option(None, help="write the run's per-step curve here (CSV) when it ends, and its "
+                                                    "plot beside it (the same name, .png)"),
     verbose: bool = typer.Option(False, "--verbose", help="show Prefect's and the library's INFO logs too"),
 ) -> None:
     """Train: run the Prefect training flow in this process (no server needed) and print its results."""
@@ -178,8 +179,12 @@ def train_cmd(
         summaries = read_step_summaries(out_dir)
         if metrics is not None:
             write_json(metrics, train_metrics(summaries))
-        if curve is not None:
+        if curve is not None:  # the CSV, and the same curve drawn beside it (a PNG shows without network)
+            from kevin.analysis.learning import learning_rows, plot_learning
+
             write_csv(curve, train_curve(summaries), CURVE_FIELDS)
+            plot_learning(learning_rows(summaries), curve.with_suffix(".png"),
+                          title=f"{config.experiment.name}: {len(summaries)} steps")
 
 
 @app.command("evaluate")
@@ -430,22 +435,38 @@ def sft_cmd(
 def report_cmd(
     train_metrics: Path = typer.Option(..., "--train", help="the train stage's metrics (JSON)"),
     evaluation: Optional[Path] = typer.Option(None, "--evaluation", help="the evaluate stage's metrics (JSON), if any"),
-    out: Path = typer.Option(..., help="folder for metrics.json (train and evaluation side by side) and report.md"),
-    name: str = typer.Option("kevin", help="the experiment's name, the report's title"),
+    out: Path = typer.Option(..., help="folder for report.md"),
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="the run's params files (repeat to layer): the report's title is the experiment's "
+                               "name and its first table the run's settings"),
+    name: Optional[str] = typer.Option(None, help="the report's title (default: the experiment's name, else 'kevin')"),
+    headline: Optional[Path] = typer.Option(None, help="write the few figures an ablation is compared by here "
+                                                       "(JSON; the pipeline's `dvc metrics`)"),
     sft: Optional[Path] = typer.Option(None, help="the sft stage's record (sft.json): the report says how the warm "
                                                   "start went"),
     curve: Optional[Path] = typer.Option(None, help="the train stage's per-step curve (CSV): the report lists the "
                                                     "mean score of every step"),
 ) -> None:
-    """The pipeline's report: what happened in words, then the train and evaluation metrics, in one JSON and one
-    markdown page."""
-    from kevin.pipeline import report_markdown, write_json
+    """The pipeline's report: the settings, what happened in words, then the train and evaluation metrics, in one
+    markdown page; and the headline figures in one small JSON."""
+    from kevin.pipeline import headline_metrics, report_markdown, run_settings, write_json
 
     if not train_metrics.is_file():
         _die(f"no such metrics file: {train_metrics}")
     train = json.loads(train_metrics.read_text(encoding="utf-8"))
     found = json.loads(evaluation.read_text(encoding="utf-8")) if evaluation and evaluation.is_file() else None
-    write_json(out / "metrics.json", {"train": train, **({"evaluation": found} if found else {})})
+    settings = None
+    if params:
+        from kevin.config import RunConfig
+
+        try:
+            config = RunConfig.from_files(_params_files(params))
+        except (ValueError, FileNotFoundError) as exc:
+            _die(str(exc))
+        settings = run_settings(config)
+        name = name or config.experiment.name
+    if headline is not None:
+        write_json(headline, headline_metrics(train, found))
     record = json.loads(sft.read_text(encoding="utf-8")) if sft and sft.is_file() else None
     steps = []
     if curve and curve.is_file():
@@ -453,8 +474,10 @@ def report_cmd(
 
         with curve.open(encoding="utf-8", newline="") as handle:
             steps = list(csv.DictReader(handle))
-    (out / "report.md").write_text(report_markdown(train, found, name, sft=record, steps=steps), encoding="utf-8")
-    typer.echo(f"report: {out / 'report.md'}  metrics: {out / 'metrics.json'}")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report_markdown(train, found, name or "kevin", sft=record, steps=steps,
+                                                   settings=settings), encoding="utf-8")
+    typer.echo(f"report: {out / 'report.md'}" + (f"  headline: {headline}" if headline is not None else ""))
 
 
 @app.command("learning")

@@ -14,7 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["baseline_entry", "merge_baselines", "prepare_output_dir", "read_step_summaries", "report_markdown",
+__all__ = ["baseline_entry", "headline_metrics", "merge_baselines", "prepare_output_dir", "read_step_summaries",
+           "report_markdown", "run_settings",
            "train_curve", "train_metrics", "write_csv", "write_json"]
 
 CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
@@ -49,6 +50,34 @@ def train_metrics(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             verdicts[status] = verdicts.get(status, 0) + int(count)
     metrics["verdicts"] = verdicts
     return metrics
+
+
+HEADLINE_TRAIN = ("steps_done", "correct_share", "score_mean", "score_mean_last_step")
+"""The train figures of the headline (``headline_metrics``)."""
+HEADLINE_EVAL = ("correct", "perf", "fast_1")
+"""The evaluation's best@k figures of the headline, at the largest k of the evaluation."""
+
+
+def headline_metrics(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The few figures an ablation is compared by (``dvc exp show``, ``dvc metrics diff``): the training run's
+    steps, correct share and mean kernel score (overall and at its last step), and the evaluation's tasks and its
+    best@k and avg@k correct share, perf and fast_1 at the largest k it measured. Everything else stays in the
+    stages' own metrics files, which DVC does not print by default."""
+    out: dict[str, Any] = {"train": {k: train[k] for k in HEADLINE_TRAIN if k in train}}
+    if evaluation:
+        ks = [int(key.split("/")[0][len("best_at_"):]) for key in evaluation
+              if key.startswith("best_at_") and key.endswith("/correct")]
+        found: dict[str, Any] = {"tasks": evaluation.get("tasks", 0)}
+        if ks:
+            k = max(ks)
+            found["k"] = k
+            for kind in ("best", "avg"):
+                for figure in HEADLINE_EVAL:
+                    key = f"{kind}_at_{k}/{figure}"
+                    if key in evaluation:
+                        found[f"{kind}_{figure}"] = evaluation[key]
+        out["evaluation"] = found
+    return out
 
 
 def train_curve(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -154,12 +183,34 @@ def what_happened(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None
     return lines
 
 
+def run_settings(config: Any) -> dict[str, str]:
+    """The settings that tell one run of the pipeline from another, as the report's first table shows them: the
+    model, the kernel backend, the rollout's size, the reward and the update."""
+    from kevin.experiment.policies import model_label
+
+    r, t = config.rollout, config.train
+    return {
+        "model": model_label(config), "kernel backend": config.backend,
+        "training": f"{config.experiment.steps} steps x {config.experiment.tasks_per_batch} tasks x "
+                    f"{r.trajectories} trajectories x {r.turns} turns, {config.max_response_tokens} response tokens, "
+                    f"T {config.temperature}",
+        "reward": f"gamma {config.rewards.gamma}, {config.rewards.aggregation} of the turn scores",
+        "update": f"lr {t.lr:g}" + (f", LoRA r {t.lora_r}" if t.lora else ", all weights") + f", clip {t.max_grad_norm:g}",
+        "warm start": (f"{config.sft.epochs:g} epochs on {config.sft.data or 'the reference solutions'}"
+                       if config.sft.enabled else "none"),
+    }
+
+
 def report_markdown(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None, experiment: str, *,
-                    sft: Mapping[str, Any] | None = None, steps: Sequence[Mapping[str, Any]] = ()) -> str:
-    """The report stage's page: what happened in words (``what_happened``), then the train metrics, and the
-    evaluation's when the evaluate stage wrote them."""
-    lines = [f"# {experiment}", "", "## What happened", "", *what_happened(train, evaluation, sft=sft, steps=steps),
-             "", "## Training", "", "| metric | value |", "|---|---|"]
+                    sft: Mapping[str, Any] | None = None, steps: Sequence[Mapping[str, Any]] = (),
+                    settings: Mapping[str, str] | None = None) -> str:
+    """The report stage's page: the run's settings (when given), what happened in words (``what_happened``), then
+    the train metrics, and the evaluation's when the evaluate stage wrote them."""
+    lines = [f"# {experiment}", ""]
+    if settings:
+        lines += ["| setting | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in settings.items()), ""]
+    lines += ["## What happened", "", *what_happened(train, evaluation, sft=sft, steps=steps),
+              "", "## Training", "", "| metric | value |", "|---|---|"]
     lines += [f"| {k} | {_fmt(v)} |" for k, v in train.items() if k != "verdicts"]
     if train.get("verdicts"):
         lines += ["", "verdicts: " + ", ".join(f"{k} {v}" for k, v in train["verdicts"].items())]

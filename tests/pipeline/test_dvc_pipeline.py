@@ -84,7 +84,13 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     assert len(ids) == 30 and set(baselines[hardware]["ms"]) == ids
     assert all(ms > 0 for ms in baselines[hardware]["ms"].values())
     assert (repo / "outputs" / "train" / "checkpoints" / "step_000000").is_dir()
-    assert json.loads((repo / "outputs" / "report" / "metrics.json").read_text())["train"] == metrics
+    headline = json.loads((repo / "metrics" / "headline.json").read_text())
+    assert headline["train"] == {k: metrics[k] for k in ("steps_done", "correct_share", "score_mean",
+                                                          "score_mean_last_step")}
+    assert headline["evaluation"]["tasks"] == 1 and headline["evaluation"]["k"] == 2
+    report = (repo / "outputs" / "report" / "report.md").read_text()
+    assert report.startswith("# tiny\n") and "| training | 1 steps x 1 tasks x 2 trajectories x 1 turns" in report
+    assert (repo / "outputs" / "train" / "plots" / "steps.png").stat().st_size > 10_000
     done = _run(["git", "add", "-A"], repo, env)
     done = _run(["git", "commit", "-qm", "first run"], repo, env)
     assert done.returncode == 0, done.stderr
@@ -105,8 +111,19 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     assert shown.returncode == 0 and '"traj3"' in shown.stdout
     applied = _run(dvc + ["exp", "apply", "traj3"], repo, env)
     assert applied.returncode == 0, applied.stderr
-    diff = json.loads(_run(dvc + ["metrics", "diff", "--json"], repo, env).stdout)
-    assert diff["outputs/train/metrics.json"]["kernels"] == {"old": 2, "new": 3, "diff": 1}
+    # The headline of the ablation against the committed run's, the evaluation's figures included; nothing
+    # else is printed by default.
+    diff = _run(dvc + ["metrics", "diff", "--json", "--all"], repo, env)
+    assert diff.returncode == 0 and "failed to load" not in diff.stderr, diff.stderr
+    diff = json.loads(diff.stdout)
+    assert list(diff) == ["metrics/headline.json"]
+    assert set(diff["metrics/headline.json"]) >= {"train.steps_done", "train.score_mean", "evaluation.best_correct",
+                                                 "evaluation.tasks"}
+    assert diff["metrics/headline.json"]["evaluation.tasks"]["old"] == 1
+    plots = _run(dvc + ["plots", "show", "--out", str(repo.parent / "plots")], repo, env)
+    assert plots.returncode == 0, plots.stderr
+    page = (repo.parent / "plots" / "index.html").read_text()
+    assert "steps.png" in page and "<img" in page
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")

@@ -97,3 +97,19 @@ def test_the_report_says_in_words_what_happened():
     assert nothing[1].startswith("- No training kernel was correct: every score was 0, so every advantage was 0")
     text = report_markdown(train, evaluation, "cpu-demo", sft=sft, steps=steps)
     assert text.splitlines()[:4] == ["# cpu-demo", "", "## What happened", ""]
+
+
+def test_the_headline_holds_the_few_figures_an_ablation_is_compared_by():
+    from kevin.pipeline import headline_metrics
+
+    train = {"steps_done": 2, "kernels": 16, "correct": 8, "correct_share": 0.5, "score_mean": 0.376,
+             "score_mean_last_step": 0.526, "score_mean_turn_1": 0.54, "verdicts": {"correct": 8}}
+    evaluation = {"tasks": 3, "kernels": 12, "best_at_1/correct": 0.2, "best_at_2/correct": 0.5,
+                  "best_at_2/perf": 0.4, "best_at_2/fast_1": 0.1, "best_at_2/fast_2": 0.0, "avg_at_2/correct": 0.25,
+                  "avg_at_2/perf": 0.2, "avg_at_2/fast_1": 0.05, "turn1/best_at_2/correct": 0.3}
+    assert headline_metrics(train, evaluation) == {
+        "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.376, "score_mean_last_step": 0.526},
+        "evaluation": {"tasks": 3, "k": 2, "best_correct": 0.5, "best_perf": 0.4, "best_fast_1": 0.1,
+                       "avg_correct": 0.25, "avg_perf": 0.2, "avg_fast_1": 0.05}}
+    assert headline_metrics(train, None) == {"train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.376,
+                                                       "score_mean_last_step": 0.526}}
