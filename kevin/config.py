@@ -39,17 +39,13 @@ from kevin.policy.config import PolicyConfig, SamplingConfig
 from kevin.policy.openai_backend import OpenAIConfig
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import BACKENDS, RolloutConfig
-from kevin.settings import Settings
+from kevin.settings import Settings, positive_int
 from kevin.tasks.splits import SplitConfig
 from kevin.tracking import TrackingConfig
 from kevin.training.config import TrainConfig
 from kevin.training.sft import SFTConfig
 
 __all__ = ["RunConfig", "eval_config_from_params", "read_params"]
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @dataclass
@@ -151,7 +147,7 @@ class RunConfig(Settings):
         if isinstance(t, bool) or not isinstance(t, numbers.Real) or not t > 0:
             raise ValueError(f"temperature must be > 0 (the paper: 0.9; the trainer cannot train greedy decoding), "
                              f"got {t!r}")
-        if not _positive_int(self.max_response_tokens):
+        if not positive_int(self.max_response_tokens):
             raise ValueError(f"max_response_tokens must be a positive number of tokens (the paper: 16384), "
                              f"got {self.max_response_tokens!r}")
         schedule = self.response_length_schedule
@@ -164,7 +160,7 @@ class RunConfig(Settings):
                 step_number = int(step)
             except (TypeError, ValueError):
                 step_number = -1
-            if step_number < 1 or not _positive_int(tokens):
+            if step_number < 1 or not positive_int(tokens):
                 raise ValueError(f"response_length_schedule: {step!r}: {tokens!r} must be a training step >= 1 and a "
                                  "positive number of tokens, e.g. {30: 22528}")
             if tokens < self.max_response_tokens:

@@ -6,9 +6,28 @@ A misspelt key in params.yaml (or `dvc exp run -S`) must be an error, never sile
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any, ClassVar, Mapping, TypeVar
 
 T = TypeVar("T", bound="Settings")
+
+__all__ = ["Settings", "finite_number", "positive_int", "seconds"]
+
+
+def positive_int(value: Any) -> bool:
+    """An int >= 1 (a bool is not: YAML's `yes` must not pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def finite_number(value: Any) -> bool:
+    """A real number, neither a bool nor NaN nor infinite."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def seconds(value: Any) -> bool:
+    """A finite number of seconds >= 0."""
+    return finite_number(value) and value >= 0
 
 
 class Settings:

@@ -3,23 +3,14 @@ how its tasks are drawn, and how the flow treats its steps (checkpoint cadence, 
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kevin.settings import Settings
+from kevin.settings import Settings, positive_int, seconds
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _seconds(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 @dataclass
@@ -104,7 +95,7 @@ class ExperimentConfig(Settings):
         if not isinstance(self.output_dir, str) or not isinstance(self.split, str):
             raise ValueError("experiment.output_dir and experiment.split must be paths (strings) or empty")
         for name in ("steps", "tasks_per_batch", "checkpoint_every", "rollout_waves"):
-            if not _positive_int(getattr(self, name)):
+            if not positive_int(getattr(self, name)):
                 raise ValueError(f"experiment.{name} must be a positive integer, got {getattr(self, name)!r}")
         if not isinstance(self.tasks, list) or not all(isinstance(t, str) and t for t in self.tasks):
             raise ValueError(f"experiment.tasks must be a list of task ids (e.g. [level1/02_gelu]), or [] for every "
@@ -120,7 +111,7 @@ class ExperimentConfig(Settings):
                 or self.generation_retries < 0:
             raise ValueError(f"experiment.generation_retries must be an integer >= 0, got {self.generation_retries!r}")
         for name in ("retry_delay_s", "generation_timeout_s", "update_timeout_s", "time_limit_s"):
-            if not _seconds(getattr(self, name)):
+            if not seconds(getattr(self, name)):
                 raise ValueError(f"experiment.{name} must be a number of seconds >= 0, got {getattr(self, name)!r}")
 
     def resolved_output_dir(self, project_dir: str | Path) -> Path:

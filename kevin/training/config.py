@@ -7,23 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
 from kevin.training.loss import LossConfig
-from kevin.settings import Settings
+from kevin.settings import Settings, finite_number, positive_int
 
 LR_SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("auto", "bf16", "fp32")
-
-
-def _number(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _positive_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
 
 
 @dataclass
@@ -144,31 +135,31 @@ class TrainConfig(Settings):
         if not isinstance(self.loss, LossConfig):
             raise ValueError(f"train.loss must be a LossConfig or a dict of its settings, got {type(self.loss).__name__}")
         limit = self.max_response_tokens
-        if limit is not None and (not _positive_int(limit) or limit < self.loss.max_completion_length):
+        if limit is not None and (not positive_int(limit) or limit < self.loss.max_completion_length):
             raise ValueError(f"train.max_response_tokens must be a number of tokens >= loss.max_completion_length "
                              f"({self.loss.max_completion_length}; the limit can only be raised), or null, got {limit!r}")
-        if not _number(self.lr) or self.lr <= 0:
+        if not finite_number(self.lr) or self.lr <= 0:
             raise ValueError(f"train.lr must be a positive number such as 2.0e-6, got {self.lr!r}")
-        if not _number(self.warmup_ratio) or not 0 <= self.warmup_ratio < 1:
+        if not finite_number(self.warmup_ratio) or not 0 <= self.warmup_ratio < 1:
             raise ValueError(f"train.warmup_ratio must be in [0, 1) (the paper: 0.03), got {self.warmup_ratio!r}")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         for name in ("total_steps", "grad_steps", "micro_batch_size", "lora_r", "lora_alpha", "keep_checkpoints"):
-            if not _positive_int(getattr(self, name)):
+            if not positive_int(getattr(self, name)):
                 raise ValueError(f"train.{name} must be a positive integer, got {getattr(self, name)!r}")
-        if not _number(self.weight_decay) or self.weight_decay < 0:
+        if not finite_number(self.weight_decay) or self.weight_decay < 0:
             raise ValueError(f"train.weight_decay must be >= 0, got {self.weight_decay!r}")
         self.adam_betas = tuple(self.adam_betas)  # YAML/JSON give a list
-        if len(self.adam_betas) != 2 or not all(_number(b) and 0 <= b < 1 for b in self.adam_betas):
+        if len(self.adam_betas) != 2 or not all(finite_number(b) and 0 <= b < 1 for b in self.adam_betas):
             raise ValueError(f"train.adam_betas must be two numbers in [0, 1), e.g. [0.9, 0.999], got {self.adam_betas!r}")
-        if not _number(self.adam_eps) or self.adam_eps <= 0:
+        if not finite_number(self.adam_eps) or self.adam_eps <= 0:
             raise ValueError(f"train.adam_eps must be a positive number such as 1.0e-8, got {self.adam_eps!r}")
-        if not _number(self.max_grad_norm) or self.max_grad_norm <= 0:
+        if not finite_number(self.max_grad_norm) or self.max_grad_norm <= 0:
             raise ValueError(f"train.max_grad_norm must be a positive number (the paper: 0.05), got {self.max_grad_norm!r}")
-        if not _number(self.temperature) or self.temperature <= 0:
+        if not finite_number(self.temperature) or self.temperature <= 0:
             raise ValueError(f"train.temperature must be > 0 and equal to the sampling temperature (greedy "
                              f"decoding is not a policy to train), got {self.temperature!r}")
-        if not _number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
+        if not finite_number(self.lora_dropout) or not 0 <= self.lora_dropout < 1:
             raise ValueError(f"train.lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
         targets = self.lora_target_modules
         if isinstance(targets, (list, tuple)):
