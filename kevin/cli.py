@@ -458,12 +458,13 @@ def report_cmd(
     settings = None
     if params:
         from kevin.config import RunConfig
+        from kevin.experiment.policies import model_label
 
         try:
             config = RunConfig.from_files(_params_files(params))
         except (ValueError, FileNotFoundError) as exc:
             _die(str(exc))
-        settings = run_settings(config)
+        settings = run_settings(config, model_label(config))
         name = name or config.experiment.name
     if headline is not None:
         write_json(headline, headline_metrics(train, found))

@@ -183,14 +183,12 @@ def what_happened(train: Mapping[str, Any], evaluation: Mapping[str, Any] | None
     return lines
 
 
-def run_settings(config: Any) -> dict[str, str]:
+def run_settings(config: Any, model: str) -> dict[str, str]:
     """The settings that tell one run of the pipeline from another, as the report's first table shows them: the
-    model, the kernel backend, the rollout's size, the reward and the update."""
-    from kevin.experiment.policies import model_label
-
+    model (as ``model`` names it), the kernel backend, the rollout's size, the reward and the update."""
     r, t = config.rollout, config.train
     return {
-        "model": model_label(config), "kernel backend": config.backend,
+        "model": model, "kernel backend": config.backend,
         "training": f"{config.experiment.steps} steps x {config.experiment.tasks_per_batch} tasks x "
                     f"{r.trajectories} trajectories x {r.turns} turns, {config.max_response_tokens} response tokens, "
                     f"T {config.temperature}",

@@ -113,3 +113,24 @@ def test_the_headline_holds_the_few_figures_an_ablation_is_compared_by():
                        "avg_correct": 0.25, "avg_perf": 0.2, "avg_fast_1": 0.05}}
     assert headline_metrics(train, None) == {"train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.376,
                                                        "score_mean_last_step": 0.526}}
+
+
+def test_kevin_report_is_titled_and_opened_by_the_run_settings_and_writes_the_headline(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin.cli import app
+    from tests.conftest import REPO
+
+    train = tmp_path / "train.json"
+    train.write_text(json.dumps({"steps_done": 2, "kernels": 16, "correct": 8, "correct_share": 0.5,
+                                 "score_mean": 0.25, "score_mean_last_step": 0.5, "verdicts": {"correct": 8}}))
+    result = CliRunner().invoke(app, ["report", "--params", str(REPO / "params.yaml"), "--params",
+                                      str(REPO / "configs" / "cpu.yaml"), "--train", str(train), "--out",
+                                      str(tmp_path / "report"), "--headline", str(tmp_path / "m" / "headline.json")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "report" / "report.md").read_text()
+    assert page.startswith("# cpu-demo\n\n| setting | value |")
+    assert "| training | 2 steps x 2 tasks x 2 trajectories x 2 turns, 384 response tokens, T 0.5 |" in page
+    assert "| reward | gamma 0.4, sum of the turn scores |" in page
+    assert json.loads((tmp_path / "m" / "headline.json").read_text()) == {
+        "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.25, "score_mean_last_step": 0.5}}
