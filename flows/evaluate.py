@@ -3,7 +3,9 @@
     per rollout, per turn: generate -> parse -> evaluate -> select (beam only)
     -> analyse -> write outputs (metrics, curves, tables, plots) -> track (MLflow), and a markdown artifact
 
-Tasks hand each other file paths, never tensors. The flow run is named after ``evaluate.name``. As for training,
+Tasks hand each other file paths, never tensors. The flow run is named after ``evaluate.name`` (tagged ``resumed``
+when it continues the rollouts in ``evaluate.output_dir``); the tables' artifact is keyed
+``<name>-<run>-evaluation``; as in training, the ``kevin.*`` loggers' lines go to the flow run's logs. As for training,
 no Prefect server is needed (Prefect's ephemeral API); with ``PREFECT_API_URL`` set the run shows in that server.
 
     python -m kevin.cli evaluate --params params.yaml --checkpoint outputs/train/checkpoints
@@ -12,7 +14,7 @@ no Prefect server is needed (Prefect's ephemeral API); with ``PREFECT_API_URL`` 
 from __future__ import annotations
 
 import contextvars
-import re
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +24,10 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
-from flows.common import run_name, transient
+from flows.common import RESUMED_TAG, artifact_key, project_logs_in_flow_run, run_key, run_name, tag_flow_run, transient
 from kevin.config import RunConfig
 from kevin.experiment.evaluate import EvaluationRun
-from kevin.experiment.progress import Progress
+from kevin.experiment.progress import LogProgress, Progress
 
 __all__ = ["evaluate", "load_config", "run_evaluation"]
 
@@ -52,10 +54,15 @@ def load_config(params: list[str], overrides: list[str], checkpoint: str | None 
 
 def _flow_run_name() -> str:
     return run_name(lambda config: config.evaluate.name, "evaluate")
-    return False
 
 
-# NO_CACHE: the inputs are live objects, and the files say what is done.
+# NO_CACHE: the inputs are live objects, and the files say what is done. Only generation retries
+# (docs/pipeline.md, "Which tasks retry"); a failed evaluation is continued by `--resume`, which keeps every file
+# written. The comment at each task says why.
+
+
+# Retried (experiment.generation_retries) on failures that pass (a server that timed out or refused the
+# connection): nothing is written until the turn is generated, so a second attempt starts clean.
 
 
 @task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{rollout}-turn-{turn}",
@@ -65,22 +72,26 @@ def generate(run: EvaluationRun, rollout: str, turn: int) -> str | None:
     return str(path) if path is not None else None
 
 
+# No retry: a pure function of the generated file.
 @task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{rollout}-turn-{turn}")
 def parse(run: EvaluationRun, rollout: str, turn: int, generated: str) -> str:
     return str(run.parse(rollout, turn))
 
 
+# No retry: a verdict is the result, not a failure; the evaluator retries a candidate whose worker died itself.
 @task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{rollout}-turn-{turn}")
 def judge(run: EvaluationRun, rollout: str, turn: int, parsed: str) -> str:
     return str(run.evaluate(rollout, turn))
 
 
+# No retry: the beam's choice is computed from the judged turn; deterministic.
 @task(name="select", cache_policy=NO_CACHE, task_run_name="select-{rollout}-turn-{turn}")
 def select(run: EvaluationRun, rollout: str, turn: int, turn_file: str) -> str | None:
     path = run.select(rollout, turn)
     return str(path) if path is not None else None
 
 
+# No retry: the analysis and the outputs are computed from the rollouts' files; deterministic.
 @task(name="analyse", cache_policy=NO_CACHE)
 def analyse(run: EvaluationRun, turn_files: list[str]) -> str:
     return str(run.analyse())
@@ -91,11 +102,13 @@ def write_outputs(run: EvaluationRun, report: str) -> dict[str, str]:
     return {name: str(path) for name, path in run.write_outputs().items()}
 
 
+# No retry: a second attempt after a failure part-way could log the metrics twice; a resume logs them once.
 @task(name="track", cache_policy=NO_CACHE)
 def track(run: EvaluationRun, paths: dict[str, str]) -> bool:
     logged = run.track({name: Path(p) for name, p in paths.items()})
     tables = "\n".join(Path(paths[f"tables/{t}.md"]).read_text(encoding="utf-8") for t in ("table1", "table2"))
-    key = re.sub(r"[^a-z0-9-]+", "-", f"{run.name.lower()}-evaluation").strip("-")
+    # Keyed by run, as the training steps are: two evaluations of one name do not overwrite each other's tables.
+    key = artifact_key(run.name, run_key(run.mlflow), "evaluation")
     create_markdown_artifact(key=key, markdown=f"# {run.name}: {run.identity['model']}\n\n{tables}",
                              description=f"{run.name}: Table 1 and Table 2")
     return logged
@@ -108,31 +121,40 @@ def evaluate(params: list[str] | None = None, overrides: list[str] | None = None
     (default params.yaml), ``overrides`` (``key.sub=value``), ``checkpoint`` / ``model`` (set
     ``evaluate.checkpoint`` / ``policy.model``), ``resume`` to continue the run in ``evaluate.output_dir``.
     Returns the run's results (plain data)."""
-    config = load_config(params if params is not None else ["params.yaml"], overrides or [], checkpoint, model)
-    run = EvaluationRun(config, project_dir=project_dir, resume=resume, progress=PROGRESS.get())
+    with project_logs_in_flow_run():
+        config = load_config(params if params is not None else ["params.yaml"], overrides or [], checkpoint, model)
+        run = EvaluationRun(config, project_dir=project_dir, resume=resume,
+                            progress=PROGRESS.get() or LogProgress(logging.getLogger("kevin.evaluate")))
+        try:
+            result = _evaluate(run, config)
+        except BaseException as exc:
+            run.close(exc)
+            raise
+        run.close()
+    return Completed(message=f"{result['tasks']} tasks at {result['size']}", data=result)
+
+
+def _evaluate(run: EvaluationRun, config: RunConfig) -> dict[str, Any]:
     cfg = config.experiment
     gen = generate.with_options(retries=cfg.generation_retries,
                                 retry_delay_seconds=exponential_backoff(cfg.retry_delay_s) if cfg.retry_delay_s else 0,
                                 timeout_seconds=cfg.generation_timeout_s or None)
-    try:
-        turn_files = []
-        for plan in run.open():
-            for turn in range(plan.turns):
-                generated = gen(run, plan.name, turn)
-                if generated is None:  # every trajectory stopped early
-                    break
-                parsed = parse(run, plan.name, turn, generated)
-                turn_files.append(judge(run, plan.name, turn, parsed))
-                select(run, plan.name, turn, turn_files[-1])
-        report = analyse(run, turn_files)
-        paths = write_outputs(run, report)
-        track(run, paths)
-        result = run.result()
-    except BaseException as exc:
-        run.close(exc)
-        raise
-    run.close()
-    return Completed(message=f"{result['tasks']} tasks at {result['size']}", data=result)
+    turn_files = []
+    plans = run.open()
+    if run.resume:  # open() keeps it only when there are rollouts to continue
+        tag_flow_run(RESUMED_TAG)
+    for plan in plans:
+        for turn in range(plan.turns):
+            generated = gen(run, plan.name, turn)
+            if generated is None:  # every trajectory stopped early
+                break
+            parsed = parse(run, plan.name, turn, generated)
+            turn_files.append(judge(run, plan.name, turn, parsed))
+            select(run, plan.name, turn, turn_files[-1])
+    report = analyse(run, turn_files)
+    paths = write_outputs(run, report)
+    track(run, paths)
+    return run.result()
 
 
 def run_evaluation(params: list[str], overrides: list[str], *, resume: bool = False, checkpoint: str | None = None,

@@ -145,7 +145,9 @@ def test_a_run_writes_every_table_curve_and_plot_with_hand_computed_metrics(base
         assert {f"{s}-4x2-turn-{t}" for s in ("generate", "parse", "evaluate") for t in (0, 1)} <= names
         assert {"analyse", "write-outputs", "track"} <= {n.rsplit("-", 1)[0] for n in names}
         artifact = prefect.read_artifacts()
-    assert any(a.key == "base-evaluation" and "Cells: perf / correct" in a.data for a in artifact)
+    # Keyed by the run (8 characters of its MLflow run id): another evaluation named "base" gets another key.
+    key = f"base-{result['mlflow']['run_id'][:8]}-evaluation"
+    assert any(a.key == key and "Cells: perf / correct" in a.data for a in artifact)
 
 
 @pytest.fixture(scope="module")

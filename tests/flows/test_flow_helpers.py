@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from flows.common import artifact_key, run_key
 from flows.common import transient as _transient
 from flows.train import _artifact_key, load_config
 from kevin.policy.openai_backend import GenerationError
@@ -23,9 +24,26 @@ def test_only_failures_that_pass_are_retried(error, retried):
     assert _transient(None, None, Failed(data=error)) is retried
 
 
-def test_artifact_keys_are_lowercase_letters_digits_and_dashes():
-    assert _artifact_key("cpu-demo", 3) == "cpu-demo-step-3"
-    assert _artifact_key("Gamma_0.8", 12) == "gamma-0-8-step-12"
+def test_artifact_keys_are_lowercase_letters_digits_and_dashes_and_count_steps_from_one():
+    assert _artifact_key("cpu-demo", "3f2a9c1b", 0) == "cpu-demo-3f2a9c1b-step-1"
+    assert _artifact_key("Gamma_0.8", "0e1d2c3b", 11) == "gamma-0-8-0e1d2c3b-step-12"
+    assert artifact_key("--A  b__c--", "evaluation") == "a-b-c-evaluation"
+
+
+def test_an_artifact_s_run_is_its_mlflow_run_id_else_the_flow_run_s(harness):
+    from prefect import flow
+
+    assert run_key({"run_id": "0123456789abcdef0123456789abcdef"}) == "01234567"
+    assert run_key({}) == "run"  # outside a flow run
+
+    @flow
+    def probe() -> tuple[str, str]:
+        from prefect.runtime import flow_run
+
+        return run_key({}), flow_run.id.replace("-", "")[:8]
+
+    key, flow_run_id = probe()
+    assert key == flow_run_id
 
 
 def test_the_flow_reads_params_files_in_order_then_overrides():

@@ -111,10 +111,13 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
                         f"collapse-check-{step}", f"checkpoint-{step}", f"sync-weights-{step}", f"track-{step}"}
             expected |= {f"{stage}-{step}-turn-{turn}-wave-0" for stage in ("generate", "parse", "evaluate") for turn in (0, 1)}
             assert expected <= names
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="straight-step-")))
+        assert flow_run.tags == []  # a fresh run: not tagged resumed
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="straight-")))
+    # Keyed by the run (8 characters of its MLflow run id) and the step as users count it, from 1.
+    run_key = result["mlflow"]["run_id"][:8]
     reports = {a.key: a.data for a in artifacts}
-    assert set(reports) == {"straight-step-0", "straight-step-1"}
-    report = reports["straight-step-0"]
+    assert set(reports) == {f"straight-{run_key}-step-1", f"straight-{run_key}-step-2"}
+    report = reports[f"straight-{run_key}-step-1"]
     for heading in ("## Verdicts", "## Rewards per turn", "## Best speedup per task", "## Seconds per phase"):
         assert heading in report
     assert "| correct | 2 |" in report and "| parse_error | 6 |" in report and "| level1/01_relu | 4 | 1 |" in report
@@ -217,6 +220,14 @@ def test_kill_9_and_resume_lose_no_judged_turn(uninterrupted, harness, model_dir
     trainer.update(load_records(step1.parent / "samples.jsonl", TrainingSample))
     final = weights(out / "checkpoints" / "step_000001")
     assert all(torch.equal(param.detach(), final[name]) for name, param in trainer.model.named_parameters())
+
+    # Prefect: both flow runs are named after the experiment; only the one that continued the run is tagged.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    with get_client(sync_client=True) as prefect:
+        flow_runs = prefect.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_="killed")))
+    assert sorted((r.name, r.tags) for r in flow_runs) == [("killed", []), ("killed", ["resumed"])]
 
     # One MLflow run, resumed once, each step logged once.
     client, run = mlflow_run(tmp_path)
