@@ -577,30 +577,37 @@ def split_cmd(
 @app.command("validate")
 def validate_cmd(
     splits: Optional[Path] = typer.Option(None, help="a split file written by `split`"),
-    rollouts: Optional[Path] = typer.Option(None, help="a JSONL file of rollout turns"),
+    rollouts: Optional[list[Path]] = typer.Option(
+        None, help="a JSONL file of rollout turns, or a folder: each folder below it holding turn_*.jsonl files (a "
+                   "step's rollout/, an evaluation's rollouts/<split>/) is checked as one batch (repeatable)"),
     source: str = typer.Option("", help="load the split's tasks from here instead of the source it records"),
     report: Optional[Path] = typer.Option(None, help="also write the reports here as JSON"),
     max_rows: int = typer.Option(20, help="failing rows shown per expectation"),
 ) -> None:
     """Run the data checks; exit 1 with a report of every failed expectation and its rows."""
-    from kevin.datachecks import check_rollouts, check_split, render_reports
+    from kevin.datachecks import check_rollout_batch, check_split, render_reports, rollout_batches
     from kevin.tasks import TaskError, read_split
 
-    if splits is None and rollouts is None:
-        _die("give --splits FILE and/or --rollouts FILE.jsonl")
+    if splits is None and not rollouts:
+        _die("give --splits FILE and/or --rollouts FILE.jsonl|FOLDER")
     reports = []
     try:
         if splits is not None:
             reports.append(check_split(read_split(splits), source or None))
-        if rollouts is not None:
-            reports.append(check_rollouts(rollouts))
+        for path in rollouts or []:
+            reports += [check_rollout_batch(name, files) for name, files in rollout_batches(path)]
     except (TaskError, FileNotFoundError, ValueError) as exc:
         _die(str(exc))
     if report is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
         report.write_text(json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
-    typer.echo(render_reports(reports, max_rows))
-    if not all(r.success for r in reports):
+    failed = [r for r in reports if not r.success]
+    if len(reports) > 3:  # many batches (a run's steps): the failures in full, the rest counted
+        typer.echo(render_reports(failed, max_rows) if failed else "")
+        typer.echo(f"{len(reports) - len(failed)} of {len(reports)} batches passed")
+    else:
+        typer.echo(render_reports(reports, max_rows))
+    if failed:
         raise typer.Exit(1)
 
 

@@ -379,8 +379,8 @@ def rollout_checks() -> list[Check]:
         Check("ExpectColumnValuesToNotBeNull", {"column": "trajectory"}, "every turn has a trajectory index"),
         Check("ExpectColumnValuesToBeBetween", {"column": "trajectory", "min_value": 0}, "trajectory indices are >= 0"),
         Check("ExpectColumnValuesToNotBeNull", {"column": "turn"}, "every turn has a turn index"),
-        Check("ExpectColumnPairValuesToBeEqual", {"column_A": "turn", "column_B": "turn_expected"},
-              "turn indices run 0..n-1 without gaps in each (task, trajectory)"),
+        Check("ExpectColumnValuesToBeInSet", {"column": "missing_turns", "value_set": [""]},
+              "turn indices run 0..n-1 without gaps in each (task, trajectory)", detail="missing_turns"),
         Check("ExpectCompoundColumnsToBeUnique", {"column_list": ["task_id", "trajectory", "turn"]},
               "exactly one response per (task, trajectory, turn)"),
         Check("ExpectColumnValuesToBeInSet", {"column": "has_response", "value_set": [True]},
@@ -446,11 +446,24 @@ def rollout_frame(lines: Iterable[tuple[int, Any]]) -> "pd.DataFrame":
     for column in ("trajectory", "turn", "score", "speedup"):
         frame[column] = pd.to_numeric(frame[column], errors="coerce")
     keyed = frame.dropna(subset=["task_id", "trajectory", "turn"])
-    # Where each turn should be if numbering ran 0..n-1: its dense rank among its trajectory's turns.
-    ranks = keyed.groupby([keyed["task_id"].astype(str), "trajectory"])["turn"].rank(method="dense") - 1
-    frame["turn_expected"] = ranks.reindex(frame.index)
+    # The turns a trajectory lacks below its last one, named on each of its turns that comes after a gap (a lone
+    # turn 1 says "turns missing: 0", rather than that 1 should have been 0).
+    groups = keyed.groupby([keyed["task_id"].astype(str), "trajectory"])["turn"]
+    missing = pd.Series([""] * len(keyed), index=keyed.index, dtype=object)
+    for _, turns in groups:
+        gaps = _missing_turns(turns)
+        if gaps:
+            note = "turns missing: " + ", ".join(map(str, gaps))
+            missing[turns.index[turns > gaps[0]]] = note
+    frame["missing_turns"] = missing.reindex(frame.index).fillna("")
     frame.insert(0, "row", range(1, len(frame) + 1))
     return frame
+
+
+def _missing_turns(turns: "pd.Series") -> list[int]:
+    """The indices in 0..max(turns) that ``turns`` lacks, in order."""
+    present = {int(t) for t in turns if float(t).is_integer() and t >= 0}
+    return sorted(set(range(max(present, default=-1) + 1)) - present)
 
 
 _ROLLOUT_COLUMNS = ["line", "parsed", "parse_note", "task_id", "trajectory", "turn", "has_response", "status",
@@ -510,13 +523,38 @@ def other_record_kind(lines: Sequence[tuple[int, Any]]) -> str | None:
 def check_rollouts(rows: str | Path | Sequence[Mapping[str, Any]]) -> CheckReport:
     """Run the rollout suite over a JSONL file of Turn records (or over the records as dicts). A file of another
     record kind a run writes (samples, verdicts ...) is a ``ValueError`` that names the kind."""
-    lines = read_rollout_lines(rows) if isinstance(rows, (str, Path)) else list(enumerate(rows, 1))
+    if isinstance(rows, (str, Path)):
+        return replace(check_rollout_batch(str(rows), [Path(rows)]), suite="rollouts")
+    return _check_lines("the records", list(enumerate(rows, 1)))
+
+
+def _check_lines(name: str, lines: list[tuple[int, Any]]) -> CheckReport:
     kind = other_record_kind(lines)
     if kind is not None:
-        raise ValueError(f"{rows if isinstance(rows, (str, Path)) else 'the records'} hold {kind}, not rollout turns: "
-                         "give a turns file (a step's rollout/turn_T.jsonl, or an evaluation's "
-                         "rollouts/<split>/turn_T.jsonl)")
+        raise ValueError(f"{name} holds {kind}, not rollout turns: give a turns file (a step's rollout/turn_T.jsonl, "
+                         "or an evaluation's rollouts/<split>/turn_T.jsonl) or their folder")
     return run_checks("rollouts", rollout_frame(lines), rollout_checks(), ROLLOUT_ID_COLUMNS)
+
+
+def rollout_batches(path: str | Path) -> list[tuple[str, list[Path]]]:
+    """The batches of turns below ``path``: a turns file alone, or, for a folder, each folder holding
+    ``turn_*.jsonl`` files (a step's ``rollout/``, an evaluation's ``rollouts/<split>/``) with all of them, since
+    one batch's turns are spread over one file per turn."""
+    path = Path(path)
+    if path.is_file():
+        return [(str(path), [path])]
+    if not path.is_dir():
+        raise FileNotFoundError(f"no such rollout file or folder: {path}")
+    folders = sorted({p.parent for p in path.rglob("turn_*.jsonl")})
+    if not folders:
+        raise FileNotFoundError(f"{path} holds no rollout turns (turn_*.jsonl files)")
+    return [(str(folder), sorted(folder.glob("turn_*.jsonl"))) for folder in folders]
+
+
+def check_rollout_batch(name: str, files: Sequence[Path]) -> CheckReport:
+    """``check_rollouts`` over the turns of several files as one batch, the report named ``rollouts <name>``."""
+    report = _check_lines(name, [line for f in files for line in read_rollout_lines(f)])
+    return replace(report, suite=f"rollouts {name}")
 
 
 def render_reports(reports: Iterable[CheckReport], max_rows: int = 20) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 import math
 
 import pytest
@@ -183,7 +184,13 @@ def test_a_gap_in_turn_indices_and_a_duplicated_turn():
     report = check_rollouts(rows_of(gap))
     assert failed(report) == {"turn indices run 0..n-1 without gaps in each (task, trajectory)": [
         {"line": 11, "task_id": "level2/b", "trajectory": 1, "turn": 2}]}
-    assert report.failures[0].rows[0].value == {"turn_expected": 1.0}
+    assert report.failures[0].rows[0].detail == "turns missing: 1"
+
+    # A trajectory without its turn 0 (e.g. one turn file checked alone): every turn of it says so.
+    alone = [t for t in turns if not (t.task_id == "level2/b" and t.trajectory == 1 and t.turn == 0)]
+    report = check_rollouts(rows_of(alone))
+    (failure,) = report.failures
+    assert [(r.where["turn"], r.detail) for r in failure.rows] == [(1, "turns missing: 0"), (2, "turns missing: 0")]
 
     dup = turns + [turn("level1/a", 1, 2)]
     report = check_rollouts(rows_of(dup))
@@ -216,13 +223,13 @@ def test_a_file_of_another_record_kind_is_named_not_failed_row_by_row(tmp_path):
     samples = [TrainingSample([1, 2], [3], None, 0.5, 0.25, "level1/a", 0, t).to_dict() for t in range(2)]
     path = tmp_path / "samples.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in samples))
-    with pytest.raises(ValueError, match=r"samples.jsonl hold training samples .*not rollout turns: give a turns file"):
+    with pytest.raises(ValueError, match=r"samples.jsonl holds training samples .*not rollout turns: give a turns file"):
         check_rollouts(path)
     verdicts = [t.result.to_dict() for t in batch()]
-    with pytest.raises(ValueError, match="hold verdicts"):
+    with pytest.raises(ValueError, match="holds verdicts"):
         check_rollouts(verdicts)
     r = runner.invoke(app, ["validate", "--rollouts", str(path)])
-    assert r.exit_code != 0 and "hold training samples" in r.output, r.output
+    assert r.exit_code != 0 and "holds training samples" in r.output, r.output
     # A turns file with one record of another kind in it is still a turns file: that row fails, named.
     mixed = rows_of(batch())[:3] + samples[:1]
     assert set(failed(check_rollouts(mixed))) == {
@@ -263,7 +270,29 @@ def test_a_broken_split_fails_the_validate_stage_with_its_report(tmp_path):
     assert "splits: FAILED 1 of 15 expectations (61 rows checked)" in r.output
     assert f"row 41 [split=train position=41 task_id={leak.task_id}]: in_both=True" in r.output
     assert f"row 42 [split=eval position=1 task_id={leak.task_id}]: in_both=True" in r.output
-    assert "rollouts: passed (12 rows checked)" in r.output
+    assert f"rollouts {turns}: passed (12 rows checked)" in r.output
+
+
+def test_a_run_folder_is_checked_batch_by_batch_each_from_its_turn_files(tmp_path):
+    turns = batch()
+    for step in (0, 1):  # a step's turns, one file per turn index, as a run writes them
+        folder = tmp_path / "steps" / f"step_{step:06d}" / "rollout"
+        for index in sorted({t.turn for t in turns}):
+            if step == 1 and index == 0:
+                continue  # step 1 lost its first turn's file
+            save_turns(folder / f"turn_{index:03d}.jsonl", [t for t in turns if t.turn == index])
+    r = runner.invoke(app, ["validate", "--rollouts", str(tmp_path / "steps"), "--report", str(tmp_path / "r.json")])
+    assert r.exit_code == 1, r.output
+    reports = json.loads((tmp_path / "r.json").read_text())
+    assert [(Path(x["suite"].split(" ", 1)[1]).parent.name, x["success"]) for x in reports] == [
+        ("step_000000", True), ("step_000001", False)]
+    assert "step_000001/rollout: FAILED 1 of" in r.output and "turns missing: 0" in r.output
+    r = runner.invoke(app, ["validate", "--rollouts", str(tmp_path)])  # nothing but the same two batches below
+    assert r.exit_code == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = runner.invoke(app, ["validate", "--rollouts", str(empty)])
+    assert r.exit_code == 2 and "holds no rollout turns" in r.output
 
 
 def test_bad_arguments_exit_2(tmp_path):

@@ -72,7 +72,7 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     repo, env, dvc = project
     first = _run(dvc + ["repro"], repo, env)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
-    for stage in ("prepare", "validate", "baseline", "sft", "train", "evaluate", "report"):
+    for stage in ("prepare", "validate", "baseline", "sft", "train", "evaluate", "check", "report"):
         assert f"Running stage '{stage}'" in first.stdout
     metrics = json.loads((repo / "outputs" / "train" / "metrics.json").read_text())
     assert (metrics["steps_done"], metrics["kernels"], metrics["verdicts"]) == (1, 2, {"parse_error": 2})
@@ -84,6 +84,9 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     assert len(ids) == 30 and set(baselines[hardware]["ms"]) == ids
     assert all(ms > 0 for ms in baselines[hardware]["ms"].values())
     assert (repo / "outputs" / "train" / "checkpoints" / "step_000000").is_dir()
+    checked = json.loads((repo / "outputs" / "validate" / "rollouts.json").read_text())
+    assert [r["success"] for r in checked] == [True, True]  # the train step's rollout and the eval split's
+    assert "outputs/train/steps/step_000000/rollout" in checked[0]["suite"]
     headline = json.loads((repo / "metrics" / "headline.json").read_text())
     assert headline["train"] == {k: metrics[k] for k in ("steps_done", "correct_share", "score_mean",
                                                           "score_mean_last_step")}
