@@ -71,6 +71,9 @@ TEXT_METRICS = (
 TRAIN_METRICS = ("entropy", "grad_norm", "clip_fraction", "approx_kl")
 # Calibration quality: the share of the base batch that starts with the calibrated opening.
 CALIBRATION_METRICS = ("opening_share",)
+# In every row: 1 when the Not-Okay Ratio is checked against its thresholds, 0 while it is not (no opening yet, or
+# one too rare in the base batch to trust), so a plot of the ratio can tell a quiet check from a skipped one.
+CHECK_KEY = "not_okay_check"
 METRICS = TEXT_METRICS + TRAIN_METRICS
 # Metrics that are shares, so their thresholds must lie in [0, 1].
 RATIO_METRICS = frozenset({"not_okay_ratio", "junk_mean", "junk_max", "junk_share", "truncated_share", "clip_fraction"})
@@ -632,9 +635,12 @@ class CollapseMonitor:
     def opening_trusted(self) -> bool:
         """Whether Not-Okay alerts are meaningful: a configured opening, or a calibrated one the base model
         used in at least min_opening_share of its first batch."""
-        if self.opening is None:
+        return self._trusts(self.opening, self.opening_share)
+
+    def _trusts(self, opening: str | None, opening_share: float | None) -> bool:
+        if opening is None:
             return False
-        return self.opening_share is None or self.opening_share >= self.config.min_opening_share
+        return opening_share is None or opening_share >= self.config.min_opening_share
 
     def calibrate(self, texts: Sequence[str], step: int = 0) -> list[Alert]:
         """Set the opening from a batch of the base model's responses (observe does this on its first batch
@@ -700,6 +706,7 @@ class CollapseMonitor:
             junk_response_threshold=cfg.junk_response_threshold, code_copies=cfg.code_copies,
             tail_words=cfg.tail_words,
         ))
+        row[CHECK_KEY] = float(self._trusts(opening, opening_share))
         for key, value in (train_metrics or {}).items():
             if key in row:
                 raise ValueError(f"train metric {key!r} clashes with a monitor metric; rename it")
@@ -791,6 +798,24 @@ class CollapseMonitor:
 # ----------------------------------------------------------------------------------------------------
 # Plot
 
+NOT_CHECKED_NOTE = "opening not calibrated: check off (no alert)"
+
+
+def whole_step_axis(axis: Any) -> None:
+    """Ticks at whole steps only on a matplotlib step ``axis``. Left alone, matplotlib ticks a run of a few steps at
+    0.2, 0.4 ...; ``integer=True`` alone still does for a single step (it wants two integers in view), hence
+    ``min_n_ticks=1``."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def not_okay_checked(history: Sequence[Mapping[str, float]]) -> bool | None:
+    """Whether the latest row that says so (``not_okay_check``) had the Not-Okay Ratio checked; None when no row
+    says (a history from before the key existed)."""
+    states = [row[CHECK_KEY] for row in history if CHECK_KEY in row]
+    return bool(states[-1]) if states else None
+
 
 def plot_history(
     history: Sequence[Mapping[str, float]],
@@ -800,7 +825,9 @@ def plot_history(
     alerts: Sequence[Alert] = (),
     path: str | None = None,
 ):
-    """One panel per metric over steps, with threshold lines (from ``config``) and alert steps marked.
+    """One panel per metric over steps, with threshold lines (from ``config``) and alert steps marked. A Not-Okay
+    panel gets no threshold line while the latest row says the ratio is not checked (``not_okay_check`` 0), but
+    the note NOT_CHECKED_NOTE.
 
     ``metrics`` defaults to every monitor metric present in the history. matplotlib is imported here, not at
     module import (it is not a dependency of the library); the figure is built without pyplot, so no GUI
@@ -808,7 +835,6 @@ def plot_history(
     """
     try:
         from matplotlib.figure import Figure
-        from matplotlib.ticker import MaxNLocator
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("plot_history needs matplotlib; pip install matplotlib") from exc
 
@@ -818,6 +844,7 @@ def plot_history(
             k for k in present if "/" in k and base_metric(k) is not None)
     if not metrics:
         raise ValueError("nothing to plot: the history has none of the requested metrics")
+    checked = not_okay_checked(history)
     fig = Figure(figsize=(7, 2.0 * len(metrics)), layout="constrained")
     axes = fig.subplots(len(metrics), 1, sharex=True, squeeze=False)[:, 0]
     for ax, metric in zip(axes, metrics):
@@ -825,7 +852,11 @@ def plot_history(
         if points:
             xs, ys = zip(*points)
             ax.plot(xs, ys, marker=".", label=metric)
-        if config is not None:
+        if base_metric(metric) == "not_okay_ratio" and checked is False:
+            # No line for a threshold the monitor does not apply: values far above it with no alert would read as
+            # a broken monitor.
+            ax.text(0.5, 0.5, NOT_CHECKED_NOTE, transform=ax.transAxes, ha="center", va="center", color="dimgray")
+        elif config is not None:
             for table, style in ((config.max_thresholds, "--"), (config.min_thresholds, ":")):
                 if metric in table:
                     ax.axhline(table[metric], color="red", linestyle=style, linewidth=1)
@@ -834,7 +865,7 @@ def plot_history(
                 ax.axvline(alert.step, color="darkred" if alert.should_stop else "orange", alpha=0.4, linewidth=1)
         ax.set_ylabel(metric, fontsize=8)
     axes[-1].set_xlabel("step")
-    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.2, 0.4 ... ticks
+    whole_step_axis(axes[-1].xaxis)  # shared by every panel (sharex)
     if path is not None:
         fig.savefig(path, dpi=120)
     return fig

@@ -34,6 +34,7 @@ import random
 import re
 import statistics
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -63,6 +64,17 @@ MAX_KEY = 250
 _BATCH_PARAMS = 100
 _BATCH_METRICS = 1000
 _KEY_BAD_CHARS = re.compile(r"[^/\w.\- :]")
+# MLflow 3's experiment tag that names what an experiment is for; "custom_model_development" is its model-training
+# kind (the others: "genai_development", "finetuning", ...). Without it the UI treats the experiment as GenAI work.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# The config sections a run logs as params (the whole config is the artifact config.yaml either way), so that the
+# compare view of a training run and an evaluation run shows what differs between them, not 200 equal rows.
+# Training: every section but those only an evaluation or the bookkeeping reads.
+NOT_TRAINING_SECTIONS = frozenset({"evaluate", "analysis", "beam", "tracking", "alerts"})
+# Evaluation: what decides its numbers: the tasks and budgets, the judge, the model and how it samples and is prompted.
+EVALUATION_SECTIONS = frozenset({"evaluate", "analysis", "beam", "evaluation", "policy", "sampling", "rollout", "splits"})
+RUN_KINDS = ("training", "evaluation")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -155,6 +167,25 @@ def resolve_artifact_location(location: str, tracking_uri: str, project_dir: str
     return (Path(project_dir) / location).resolve().as_uri()
 
 
+def experiment_ui_path(experiment_id: str | None) -> str:
+    """The experiment's runs in the MLflow UI, in its model-training view: append to the UI's address
+    (``http://127.0.0.1:5000/``). MLflow 3.17's UI takes its view from a sidebar switch (GenAI / Model training,
+    remembered by the browser, GenAI until switched) or from ``workflowType`` in the address, not from the
+    experiment's kind tag; this address opens the training view whatever the switch says."""
+    return f"#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def training_run_record(checkpoint: str | Path) -> dict[str, str] | None:
+    """The MLflow run of the training run that saved ``checkpoint`` (``<run folder>/checkpoints/step_N``), as its
+    run folder's ``mlflow_run.json`` records it (run_id, experiment_id, tracking_uri); None when there is none (a
+    checkpoint moved out of its run folder, a run trained with tracking off)."""
+    path = Path(checkpoint).parent.parent / RUN_FILE
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) and data.get("run_id") else None
+
+
 # ----------------------------------------------------------------------------------------------------
 # Params and tags
 
@@ -211,6 +242,30 @@ def config_params(config: Any) -> dict[str, str]:
     return {mlflow_key(k): clip_text(_value_text(v), MAX_PARAM_VALUE) for k, v in flatten_config(config).items()}
 
 
+def _generator_sections(config: Mapping[str, Any]) -> set[str]:
+    # The openai section only matters when that backend generates; it is dead weight otherwise.
+    policy = config.get("policy")
+    backend = policy.get("backend") if isinstance(policy, Mapping) else None
+    return {"openai"} if backend == "openai" else set()
+
+
+def run_config(config: Any, kind: str = "training") -> dict[str, Any]:
+    """The part of ``config`` a run of ``kind`` logs as params: the plain top-level values (backend, temperature,
+    ...) and its sections (mapping values): for "training" every one but NOT_TRAINING_SECTIONS (and ``openai`` unless
+    that backend generates); for "evaluation" the EVALUATION_SECTIONS (and ``openai`` when it generates), which
+    leaves out ``response_length_schedule`` too: a mapping of training steps."""
+    if kind not in RUN_KINDS:
+        raise ValueError(f"run kind {kind!r}; use one of {RUN_KINDS}")
+    config = _config_dict(config)
+    sections = {k for k, v in config.items() if isinstance(v, Mapping)}
+    openai = _generator_sections(config)
+    if kind == "training":
+        keep = sections - NOT_TRAINING_SECTIONS - ({"openai"} - openai)
+    else:
+        keep = sections & (EVALUATION_SECTIONS | openai)
+    return {k: v for k, v in config.items() if k in keep or k not in sections}
+
+
 def git_commit(project_dir: str | Path) -> tuple[str, bool] | None:
     """(commit, dirty) of the git checkout holding ``project_dir``; None outside a repository or without git.
     dirty: tracked files differ from the commit (untracked files do not count)."""
@@ -233,9 +288,56 @@ def dvc_tags(env: Mapping[str, str]) -> dict[str, str]:
     return {tag: env[var] for var, tag in names.items() if env.get(var)}
 
 
-def run_tags(project_dir: str | Path, env: Mapping[str, str], *, model: str = "", backend: str = "") -> dict[str, str]:
+def prefect_flow_run() -> dict[str, str]:
+    """The Prefect flow run this process works for: {"id", "name", "deployment_id"} (name and deployment only
+    inside the run's own context, where reading them costs no API call); {} outside a flow run or without
+    Prefect. The id also comes from a task run's context or from ``PREFECT__FLOW_RUN_ID``, which a Prefect worker
+    sets for the flow run's process."""
+    # A flow run in this process has imported prefect; one in a parent process left its id in the environment.
+    # Otherwise there is none, and importing prefect (seconds) is skipped.
+    if "prefect" not in sys.modules and not os.environ.get("PREFECT__FLOW_RUN_ID"):
+        return {}
+    try:
+        from prefect.context import FlowRunContext
+        from prefect.runtime import flow_run
+    except ImportError:
+        return {}
+    run_id = flow_run.id
+    if not run_id:
+        return {}
+    found = {"id": str(run_id)}
+    context = FlowRunContext.get()
+    if context is not None and context.flow_run is not None and str(context.flow_run.id) == found["id"]:
+        found["name"] = context.flow_run.name or ""
+        found["deployment_id"] = str(context.flow_run.deployment_id or "")
+    return {k: v for k, v in found.items() if v}
+
+
+def launcher(env: Mapping[str, str], flow_run: Mapping[str, str]) -> str:
+    """What started the run: "dvc" (``dvc repro`` / ``dvc exp run``, which set ``DVC_STAGE`` for a stage's
+    command), "prefect" (a Prefect deployment's run: a schedule, an automation, ``prefect deployment run``), else
+    "cli" (a command typed in a shell; ``kevin train`` runs its Prefect flow in-process, without a deployment)."""
+    if env.get("DVC_STAGE"):
+        return "dvc"
+    if flow_run.get("deployment_id"):
+        return "prefect"
+    return "cli"
+
+
+def launcher_tags(env: Mapping[str, str], flow_run: Mapping[str, str]) -> dict[str, str]:
+    """``kevin.launcher`` and the Prefect flow run (``prefect.flow_run_id``, ``prefect.flow_run_name``,
+    ``prefect.deployment_id``) when there is one, whoever launched it."""
+    tags = {"kevin.launcher": launcher(env, flow_run)}
+    names = {"id": "prefect.flow_run_id", "name": "prefect.flow_run_name", "deployment_id": "prefect.deployment_id"}
+    tags.update({tag: flow_run[key] for key, tag in names.items() if flow_run.get(key)})
+    return tags
+
+
+def run_tags(project_dir: str | Path, env: Mapping[str, str], *, model: str = "", backend: str = "",
+             flow_run: Mapping[str, str] | None = None) -> dict[str, str]:
     """The tags every run gets: git commit (also as MLflow's own source-commit tag, which the UI shows),
-    whether the checkout was dirty, model, backend, and the DVC experiment."""
+    whether the checkout was dirty, model, backend, the DVC experiment, and what launched the run
+    (``launcher_tags`` of ``flow_run``, by default the Prefect flow run this process works for)."""
     tags: dict[str, str] = {}
     git = git_commit(project_dir)
     if git is not None:
@@ -246,6 +348,7 @@ def run_tags(project_dir: str | Path, env: Mapping[str, str], *, model: str = ""
     if backend:
         tags["backend"] = backend
     tags.update(dvc_tags(env))
+    tags.update(launcher_tags(env, prefect_flow_run() if flow_run is None else flow_run))
     return tags
 
 
@@ -266,7 +369,8 @@ class StepSummary:
 
     reward: dict[str, float] = field(default_factory=dict)
     """Reward phase, logged as ``reward/<key>``: kernel scores and turn returns (``summarize_step`` gives
-    score_mean, score_max, best_score_mean, return_mean, and ``turn<t>`` the mean score at turn t)."""
+    score_mean, score_max, best_score_mean, return_mean, and ``turn_<n>`` the mean score of the n-th turn,
+    counted from 1)."""
 
     statuses: dict[str, int] = field(default_factory=dict)
     """Evaluation phase: how many kernels got each verdict (keys from STATUSES)."""
@@ -315,7 +419,7 @@ def summarize_step(
         for t in turns:
             by_turn.setdefault(t.turn, []).append(t.score)
         for index in sorted(by_turn):
-            reward[f"turn{index}"] = sum(by_turn[index]) / len(by_turn[index])
+            reward[turn_name(index)] = sum(by_turn[index]) / len(by_turn[index])
     if returns:
         reward["return_mean"] = sum(returns) / len(returns)
     return StepSummary(
@@ -329,6 +433,28 @@ def summarize_step(
         seconds=dict(seconds or {}),
         tokens={"rollout": float(sum(t.response_tokens for t in turns))} if turns else {},
     )
+
+
+def turn_name(index: int) -> str:
+    """A turn in MLflow metric names, counted from 1 as the pipeline's metrics.json counts them
+    (``score_mean_turn_1``): ``turn_1`` for the turn of 0-based index 0."""
+    return f"turn_{index + 1}"
+
+
+_MONITOR_TURN = re.compile(r"(?<=/)turn(\d+)$")
+_EVALUATION_TURN = re.compile(r"(^|/)turn(\d+)/")
+
+
+def monitor_metric_key(key: str) -> str:
+    """A monitor row key as an MLflow metric name (without ``monitor/``): the row's 0-based per-turn keys (the
+    keys its thresholds use) counted from 1, ``junk_share/turn0`` -> ``junk_share/turn_1``; others unchanged."""
+    return _MONITOR_TURN.sub(lambda m: turn_name(int(m.group(1))), key)
+
+
+def evaluation_metric_key(key: str) -> str:
+    """An evaluation's metrics.json name as an MLflow metric name: its turn prefixes, 1-based already
+    (``turn2/best_at_16/perf``, ``split_32x4/turn2/...``), written ``turn_2/...`` like the training run's."""
+    return mlflow_key(_EVALUATION_TURN.sub(lambda m: f"{m.group(1)}turn_{m.group(2)}/", key))
 
 
 def _status(turn: Turn) -> str:
@@ -352,8 +478,8 @@ def step_metrics(summary: StepSummary) -> dict[str, float]:
       ``eval/fast_1``, ``eval/fast_1.5``: share of trajectories with a correct kernel at least that fast;
     - ``loss/<key>``: each trainer metric, averaged over the optimiser steps of the batch (``optimizer_step``:
       the last); ``perf/train_tokens_per_s``: the trainer's tokens per second, averaged;
-    - ``monitor/<key>``: the monitor row without ``step`` (``not_okay_ratio``, ``junk_share``, per-turn
-      ``not_okay_ratio/turn<t>``, ...);
+    - ``monitor/<key>``: the monitor row without ``step`` (``not_okay_ratio``, ``junk_share``, ``not_okay_check``,
+      per turn ``not_okay_ratio/turn_<n>`` with the row's 0-based ``turn<t>`` counted from 1, ...);
     - ``perf/<phase>_s``: seconds per phase; ``perf/<phase>_tokens_per_s``: tokens / seconds of that phase.
     """
     out: dict[str, float] = {}
@@ -385,7 +511,7 @@ def step_metrics(summary: StepSummary) -> dict[str, float]:
 
     for key, value in summary.monitor.items():
         if key != "step":
-            out[f"monitor/{key}"] = float(value)
+            out[f"monitor/{monitor_metric_key(key)}"] = float(value)
 
     for phase, seconds in summary.seconds.items():
         out[f"perf/{phase}_s"] = float(seconds)
@@ -490,9 +616,10 @@ def steps_table_markdown(history: Mapping[str, Mapping[int, float]], columns: Se
 
 
 def _series_plot(series: Mapping[str, Mapping[int, float]], title: str, ylabel: str,
-                 thresholds: Mapping[str, float] | None = None):
+                 thresholds: Mapping[str, float] | None = None, note: str = ""):
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+
+    from kevin.monitor import whole_step_axis
 
     fig = Figure(figsize=(7, 3.5), layout="constrained")
     ax = fig.subplots()
@@ -503,37 +630,63 @@ def _series_plot(series: Mapping[str, Mapping[int, float]], title: str, ylabel: 
             ax.plot(xs, ys, marker=".", label=label)
     for label, value in (thresholds or {}).items():
         ax.axhline(value, color="red", linestyle="--", linewidth=1, label=label)
+    if note:
+        ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", color="dimgray",
+                bbox={"facecolor": "white", "edgecolor": "lightgray"})
     ax.set_title(title)
     ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.2, 0.4 ... ticks
+    whole_step_axis(ax.xaxis)
     ax.set_ylabel(ylabel)
     if series:
         ax.legend(fontsize=7)
     return fig
 
 
-def _turn_index(key: str) -> int:
-    return int(re.search(r"turn(\d+)$", key).group(1))
+_REWARD_TURN = re.compile(r"reward/turn_(\d+)")
+_NOT_OKAY_TURN = re.compile(r"monitor/not_okay_ratio/turn_(\d+)")
+NOT_OKAY_CHECK = "monitor/not_okay_check"
+
+
+def _turn_number(key: str) -> int:
+    return int(re.search(r"turn_(\d+)$", key).group(1))
+
+
+def _turn_keys(history: Mapping[str, Any], pattern: re.Pattern) -> list[str]:
+    return sorted((k for k in history if pattern.fullmatch(k)), key=_turn_number)
 
 
 def plot_reward_per_turn(history: Mapping[str, Mapping[int, float]]):
-    """Mean kernel score of each turn over steps, one line per ``reward/turn<t>`` in ``history``."""
-    keys = sorted((k for k in history if re.fullmatch(r"reward/turn\d+", k)), key=_turn_index)
+    """Mean kernel score of each turn over steps, one line per ``reward/turn_<n>`` in ``history``."""
+    keys = _turn_keys(history, _REWARD_TURN)
     if not keys:
-        raise ValueError("no reward/turn<t> metrics to plot; log steps with StepSummary.reward['turn<t>'] first")
-    series = {f"turn {_turn_index(k)}": history[k] for k in keys}
+        raise ValueError("no reward/turn_<n> metrics to plot; log steps with StepSummary.reward['turn_<n>'] first")
+    series = {f"turn {_turn_number(k)}": history[k] for k in keys}
     return _series_plot(series, "Mean kernel score per turn", "score")
 
 
+def not_okay_check(history: Mapping[str, Mapping[int, float]]) -> bool | None:
+    """Whether the monitor checks the Not-Okay Ratio at the run's latest step (``monitor/not_okay_check``: it does
+    not until the base model's opening is calibrated and trusted); None when the history does not say."""
+    states = history.get(NOT_OKAY_CHECK)
+    if not states:
+        return None
+    return bool(states[max(states)])
+
+
 def plot_not_okay_ratio(history: Mapping[str, Mapping[int, float]], threshold: float | None = None):
-    """The Not-Okay Ratio over steps (``monitor/not_okay_ratio`` and its per-turn series), with the alert
-    threshold as a dashed line when given."""
+    """The Not-Okay Ratio over steps (``monitor/not_okay_ratio`` and its per-turn series). The alert threshold is a
+    dashed line only while the monitor checks the ratio (``not_okay_check``); while it does not (no calibrated
+    opening, so no alert can fire) a note says so instead, and no line suggests a limit that is not applied."""
     keys = ["monitor/not_okay_ratio"] if history.get("monitor/not_okay_ratio") else []
-    keys += sorted((k for k in history if re.fullmatch(r"monitor/not_okay_ratio/turn\d+", k)), key=_turn_index)
+    keys += _turn_keys(history, _NOT_OKAY_TURN)
     if not keys:
         raise ValueError("no monitor/not_okay_ratio metrics to plot; pass the monitor row in StepSummary.monitor")
-    series = {("all turns" if k == "monitor/not_okay_ratio" else f"turn {_turn_index(k)}"): history[k] for k in keys}
-    thresholds = {"alert threshold": threshold} if threshold is not None else None
+    series = {("all turns" if k == "monitor/not_okay_ratio" else f"turn {_turn_number(k)}"): history[k] for k in keys}
+    if not_okay_check(history) is False:
+        from kevin.monitor import NOT_CHECKED_NOTE
+
+        return _series_plot(series, "Not-Okay Ratio", "share of responses", note=NOT_CHECKED_NOTE)
+    thresholds = {f"alert threshold {threshold:g}": threshold} if threshold is not None else None
     return _series_plot(series, "Not-Okay Ratio", "share of responses", thresholds)
 
 
@@ -574,6 +727,7 @@ class Tracker:
         self.tracking_uri = resolve_tracking_uri(self.config.tracking_uri, self.store_dir)
         self.run_id: str | None = None
         self.experiment_id: str | None = None
+        self.kind = "training"
         self.stop_reason = ""
         self._client: Any = None
         self._last_step: int | None = None
@@ -599,14 +753,19 @@ class Tracker:
     # -- start / resume
 
     def start(self, config: Any = None, *, tags: Mapping[str, str] | None = None, model: str = "",
-              backend: str = "", resume: bool = False) -> "Tracker":
-        """Start the run (or, with ``resume``, reopen the one recorded in ``out_dir``), log ``config`` as params
-        and set the tags. Returns self, so ``with tracker.start(...):`` ends the run on the way out."""
+              backend: str = "", resume: bool = False, kind: str = "training") -> "Tracker":
+        """Start the run (or, with ``resume``, reopen the one recorded in ``out_dir``), log the sections of ``config``
+        that a run of ``kind`` ("training" or "evaluation", also the tag ``kind``) depends on as params
+        (``run_config``) and the whole of it as ``config.yaml``, and set the tags. Returns self, so
+        ``with tracker.start(...):`` ends the run on the way out."""
+        if kind not in RUN_KINDS:
+            raise ValueError(f"run kind {kind!r}; use one of {RUN_KINDS}")
+        self.kind = kind
         if not self.enabled:
             return self
         if self.run_id is not None:
             raise RuntimeError(f"this tracker already has run {self.run_id}; end it before starting another")
-        all_tags = run_tags(self.project_dir, self.env, model=model, backend=backend) | dict(tags or {})
+        all_tags = run_tags(self.project_dir, self.env, model=model, backend=backend) | {"kind": kind} | dict(tags or {})
         previous = self._read_run_file() if resume else None
         if resume and previous is None:
             logger.warning("resume asked but %s does not exist: starting a new MLflow run", self.run_file)
@@ -621,7 +780,8 @@ class Tracker:
         if config is not None:
             self.log_config(config)
         self._write_run_file()
-        logger.info("MLflow run %s (experiment %r) in %s", self.run_id, self.config.experiment_name, self.tracking_uri)
+        logger.info("MLflow run %s (experiment %r) in %s; in the UI: %s", self.run_id, self.config.experiment_name,
+                    self.tracking_uri, experiment_ui_path(self.experiment_id))
         return self
 
     def _experiment_id(self) -> str:
@@ -632,7 +792,8 @@ class Tracker:
         if experiment is None:
             location = resolve_artifact_location(self.config.artifact_location, self.tracking_uri, self.store_dir)
             try:
-                return self.client.create_experiment(name, artifact_location=location)
+                return self.client.create_experiment(name, artifact_location=location,
+                                                     tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
             except MlflowException:  # another process created it between the lookup and the create
                 experiment = self.client.get_experiment_by_name(name)
                 if experiment is None:
@@ -640,7 +801,16 @@ class Tracker:
         if experiment.lifecycle_stage != "active":
             raise ValueError(f"MLflow experiment {name!r} is deleted; restore it (mlflow experiments restore "
                              f"--experiment-id {experiment.experiment_id}) or set tracking.experiment_name to another name")
+        self._mark_training_experiment(experiment)
         return experiment.experiment_id
+
+    def _mark_training_experiment(self, experiment: Any) -> None:
+        # An experiment made before the kind was set, or typed GenAI in the UI's first-visit prompt (whose default
+        # choice is GenAI), is marked a model-training one.
+        kind = experiment.tags.get(EXPERIMENT_KIND_TAG)
+        if kind != EXPERIMENT_KIND:
+            logger.info("MLflow experiment %r: %s %r -> %r", experiment.name, EXPERIMENT_KIND_TAG, kind, EXPERIMENT_KIND)
+            self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
     def _create(self) -> None:
         self.experiment_id = self._experiment_id()
@@ -688,15 +858,16 @@ class Tracker:
     # -- params, tags
 
     def log_config(self, config: Any) -> None:
-        """The resolved config as params (dotted keys) and as ``config.yaml``. MLflow params cannot change, so on
-        a resumed run only new keys are logged; changed ones are listed in the ``resume.changed_params`` tag and
-        the new config is stored as ``config.resume<N>.yaml``."""
+        """The resolved config as params (dotted keys; only the sections the run's kind depends on, ``run_config``)
+        and, whole, as ``config.yaml``. MLflow params cannot change, so on a resumed run only new keys are logged;
+        changed ones are listed in the ``resume.changed_params`` tag and the new config is stored as
+        ``config.resume<N>.yaml``."""
         if not self.enabled:
             return
         import yaml
         from mlflow.entities import Param
 
-        params = config_params(config)
+        params = config_params(run_config(config, self.kind))
         existing = self.client.get_run(self.run_id).data.params
         changed = sorted(k for k, v in params.items() if k in existing and existing[k] != v)
         if changed:
@@ -722,6 +893,36 @@ class Tracker:
         """Set run tags (values over MLflow's limit are shortened)."""
         if self.enabled:
             self._set_tags(tags)
+
+    def link_training_run(self, checkpoint: str | Path | None) -> str | None:
+        """Link this evaluation run to the training run that saved ``checkpoint`` (``training_run_record``): its
+        run id as the tag ``kevin.training_run_id`` and the param ``training_run_id``, and, when both runs are in
+        this store's same experiment, as MLflow's ``mlflow.parentRunId`` (the UI then lists the evaluation under
+        its training run). Returns the training run id; None (and nothing logged) when none is found."""
+        if not self.enabled or checkpoint is None:
+            return None
+        record = training_run_record(checkpoint)
+        if record is None:
+            logger.info("checkpoint %s: no %s in its run folder, so no training run to link", checkpoint, RUN_FILE)
+            return None
+        run_id = record["run_id"]
+        tags = {"kevin.training_run_id": run_id}
+        if self._in_this_experiment(record):
+            tags["mlflow.parentRunId"] = run_id
+        self._set_tags(tags)
+        if "training_run_id" not in self.client.get_run(self.run_id).data.params:
+            self.client.log_param(self.run_id, "training_run_id", run_id)
+        return run_id
+
+    def _in_this_experiment(self, record: Mapping[str, str]) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        if record.get("tracking_uri", self.tracking_uri) != self.tracking_uri:
+            return False
+        try:
+            return self.client.get_run(record["run_id"]).info.experiment_id == self.experiment_id
+        except MlflowException:  # the record names a run this store does not hold
+            return False
 
     def set_stop(self, reason: str, *, step: int | None = None, metric: str = "") -> None:
         """Record why the run stops before its planned end (``stop.reason``, ``stop.step``, ``stop.metric`` tags);
@@ -796,7 +997,7 @@ class Tracker:
         if not self.enabled:
             return
         history = self.history(("reward", "monitor", "eval", "loss", "perf"))
-        if any(re.fullmatch(r"reward/turn\d+", k) for k in history):
+        if _turn_keys(history, _REWARD_TURN):
             self.client.log_figure(self.run_id, plot_reward_per_turn(history), "plots/reward_per_turn.png")
         if any(k.startswith("monitor/not_okay_ratio") for k in history):
             self.client.log_figure(self.run_id, plot_not_okay_ratio(history, self.nor_threshold),

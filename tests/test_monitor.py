@@ -430,6 +430,33 @@ def test_plot_history(tmp_path):
     out = tmp_path / "monitor.png"
     fig = plot_history(mon.history, config=mon.config, alerts=mon.alerts, path=str(out))
     assert out.stat().st_size > 0
-    assert len(fig.axes) == len([k for k in mon.history[0] if k not in ("step", "n_responses")])
+    assert len(fig.axes) == len([k for k in mon.history[0] if k not in ("step", "n_responses", "not_okay_check")])
     ticks = [t for t in fig.axes[-1].get_xticks() if -0.5 <= t <= 2.5]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks  # steps are whole numbers
+    nor = fig.axes[0]
+    dashed = [line.get_ydata()[0] for line in nor.lines if line.get_linestyle() == "--"]
+    assert nor.get_ylabel() == "not_okay_ratio" and dashed == [0.2]  # checked: the threshold line stays
+
+
+def test_plot_history_of_one_step_ticks_whole_steps():
+    pytest.importorskip("matplotlib")
+    mon = CollapseMonitor(MonitorConfig(expected_opening="Okay,", min_steps=0))
+    mon.observe(4, okay_batch(2, 2))
+    ax = plot_history(mon.history, ["not_okay_ratio"]).axes[0]
+    lo, hi = ax.get_xlim()
+    assert [float(t) for t in ax.get_xticks() if lo <= t <= hi] == [4.0]  # not 3.96, 3.98, 4.0 ...
+
+
+def test_an_uncalibrated_opening_shows_in_the_row_and_the_plot():
+    pytest.importorskip("matplotlib")
+    cfg = MonitorConfig(max_thresholds={"not_okay_ratio": 0.2}, stop_on=[], min_steps=0, min_opening_share=0.5)
+    mon = CollapseMonitor(cfg)
+    mon.observe(0, ["A, 1", "A, 2", "B, 3", "C, 4", "D, 5"])  # "A," opens 40% of the base batch: not trusted
+    assert mon.observe(1, ["E, 1"] * 4) == []  # ratio 1.0, far above 0.2, and rightly no alert
+    assert [(row["not_okay_ratio"], row["not_okay_check"]) for row in mon.history] == [(0.6, 0.0), (1.0, 0.0)]
+    ax = plot_history(mon.history, ["not_okay_ratio"], config=cfg).axes[0]
+    assert len(ax.lines) == 1  # the ratio, no threshold line that no alert would honour
+    assert [t.get_text() for t in ax.texts] == ["opening not calibrated: check off (no alert)"]
+    trusted = CollapseMonitor(MonitorConfig(expected_opening="Okay,", min_steps=0))
+    trusted.observe(0, okay_batch(1, 1))
+    assert trusted.history[0]["not_okay_check"] == 1.0

@@ -375,7 +375,8 @@ class EvaluationRun:
                 "budget_splits": ",".join(self.identity["budget_splits"]), "beam": self.config.beam.strategy,
                 "tasks": str(len(self.tasks))}
         self.tracker.start(self.config.to_dict(), model=self.identity["model"], backend=self.config.backend,
-                           resume=resume, tags=tags)
+                           resume=resume, tags=tags, kind="evaluation")
+        self.tracker.link_training_run(self.checkpoint)
         if self.tracker.enabled:
             uri = self.tracker.tracking_uri
             self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
@@ -508,13 +509,14 @@ class EvaluationRun:
         tracking is off."""
         from mlflow.entities import Metric
 
-        from kevin.tracking import mlflow_key
+        from kevin.tracking import evaluation_metric_key
 
         if not self.tracker.enabled or (self.out_dir / TRACKED).is_file():
             return False
         metrics = json.loads(paths["metrics"].read_text(encoding="utf-8"))
         stamp = int(paths["metrics"].stat().st_mtime * 1000)
-        batch = [Metric(key=mlflow_key(k), value=float(v), timestamp=stamp, step=0) for k, v in metrics.items()]
+        # metrics.json's names, with turns written as the training runs write them (turn_1/...).
+        batch = [Metric(key=evaluation_metric_key(k), value=float(v), timestamp=stamp, step=0) for k, v in metrics.items()]
         for start in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per call
             self.tracker.client.log_batch(self.tracker.run_id, metrics=batch[start:start + 1000])
         for folder in ("tables", "curves", "plots"):

@@ -128,7 +128,7 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
     assert run.info.status == "FINISHED" and run.info.run_name == "straight"
     assert run.data.tags["model"] == str(model_dirs["tiny"]) and run.data.tags["backend"] == "cpu"
     assert run.data.params["experiment.steps"] == "2" and run.data.params["train.total_steps"] == "2"
-    for key in ("reward/turn0", "reward/turn1", "reward/return_mean", "eval/status/correct", "eval/best_speedup_mean",
+    for key in ("reward/turn_1", "reward/turn_2", "reward/return_mean", "eval/status/correct", "eval/best_speedup_mean",
                 "loss/loss", "loss/grad_norm", "monitor/not_okay_ratio", "monitor/junk_share", "perf/generate_s",
                 "perf/evaluate_s", "perf/update_s", "perf/step_s", "perf/rollout_tokens_per_s"):
         assert sorted(m.step for m in client.get_metric_history(run.info.run_id, key)) == [0, 1], key

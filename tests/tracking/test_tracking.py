@@ -4,11 +4,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from kevin.config import RunConfig
 from kevin.records.evaluation import EvalResult, Status
 from kevin.monitor import Alert, Severity
 from kevin.records.rollout import Trajectory, Turn
@@ -20,20 +24,27 @@ from kevin.tracking import (
     clip_text,
     config_params,
     dvc_tags,
+    evaluation_metric_key,
     flatten_config,
     kernel_sample,
     kernels_markdown,
+    launcher_tags,
     mlflow_key,
+    monitor_metric_key,
     plot_not_okay_ratio,
     plot_reward_per_turn,
     resolve_artifact_location,
     resolve_tracking_uri,
+    run_config,
     step_metrics,
     steps_table_markdown,
     store_folder,
     summarize_step,
     tasks_table_markdown,
+    turn_name,
 )
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def turn(task: str, traj: int, index: int, status: Status, speedup: float = 0.0, kernel: str = "class ModelNew: ...") -> Turn:
@@ -73,7 +84,7 @@ def test_step_metrics_of_a_hand_computed_step():
     assert summary.tokens == {"rollout": 600.0}
     expected = {
         "reward/score_mean": 4.6 / 6, "reward/score_max": 2.3, "reward/best_score_mean": 4.6 / 3,
-        "reward/turn0": 0.8 / 3, "reward/turn1": 3.8 / 3, "reward/return_mean": 0.15,
+        "reward/turn_1": 0.8 / 3, "reward/turn_2": 3.8 / 3, "reward/return_mean": 0.15,
         "eval/kernels": 6.0,
         "eval/status/correct": 0.5, "eval/status/incorrect": 1 / 6, "eval/status/runtime_error": 0.0,
         "eval/status/compile_error": 1 / 6, "eval/status/timeout": 0.0, "eval/status/rule_violation": 0.0,
@@ -82,7 +93,7 @@ def test_step_metrics_of_a_hand_computed_step():
         "eval/best_speedup_mean": 3.7 / 3, "eval/fast_1": 2 / 3, "eval/fast_1.5": 1 / 3,
         "loss/loss": 0.4, "loss/grad_norm": 2.0, "loss/optimizer_step": 2.0, "perf/train_tokens_per_s": 200.0,
         "monitor/n_responses": 6.0, "monitor/not_okay_ratio": 0.5, "monitor/junk_share": 0.0,
-        "monitor/not_okay_ratio/turn1": 0.25,
+        "monitor/not_okay_ratio/turn_2": 0.25,  # the row's 0-based turn1 is the second turn
         "perf/rollout_s": 2.0, "perf/update_s": 4.0, "perf/rollout_tokens_per_s": 300.0,
     }
     metrics = step_metrics(summary)
@@ -177,19 +188,82 @@ def test_markdown_artifacts():
         "| 0 | 0.5 | - |\n| 1 | 0.75 | 0.1 |\n")
 
 
-def test_plots_draw_one_line_per_turn_and_the_threshold():
-    history = {"reward/turn0": {0: 0.1, 1: 0.2}, "reward/turn1": {0: 0.3, 1: 0.5}, "reward/score_mean": {0: 1.0},
-               "monitor/not_okay_ratio": {0: 0.0, 1: 0.4}, "monitor/not_okay_ratio/turn1": {1: 0.6}}
-    ax = plot_reward_per_turn(history).axes[0]
-    assert [line.get_label() for line in ax.lines] == ["turn 0", "turn 1"]
+def test_turns_are_counted_from_1_in_every_mlflow_name():
+    # The pipeline's metrics.json says score_mean_turn_1 for the first turn; MLflow says turn_1 too.
+    assert turn_name(0) == "turn_1"
+    # The monitor's row (and its thresholds) keep 0-based keys; MLflow gets them counted from 1.
+    assert monitor_metric_key("not_okay_ratio/turn0") == "not_okay_ratio/turn_1"
+    assert monitor_metric_key("junk_share/turn11") == "junk_share/turn_12"
+    assert monitor_metric_key("junk_share/last_turn") == "junk_share/last_turn"
+    assert monitor_metric_key("not_okay_ratio") == "not_okay_ratio"
+    # An evaluation's metrics.json counts its turns from 1 already ("after turn 1").
+    assert evaluation_metric_key("turn1/best_at_16/perf") == "turn_1/best_at_16/perf"
+    assert evaluation_metric_key("split_32x4/turn12/kernels") == "split_32x4/turn_12/kernels"
+    assert evaluation_metric_key("best_at_16/perf") == "best_at_16/perf"
+
+
+HISTORY = {"reward/turn_1": {0: 0.1, 1: 0.2}, "reward/turn_2": {0: 0.3, 1: 0.5}, "reward/score_mean": {0: 1.0},
+           "monitor/not_okay_ratio": {0: 0.0, 1: 0.4}, "monitor/not_okay_ratio/turn_2": {1: 0.6}}
+
+
+def x_ticks(ax) -> list[float]:
+    lo, hi = ax.get_xlim()
+    return [float(t) for t in ax.get_xticks() if lo <= t <= hi]
+
+
+def test_plots_draw_one_line_per_turn_on_whole_steps():
+    ax = plot_reward_per_turn(HISTORY).axes[0]
+    assert [line.get_label() for line in ax.lines] == ["turn 1", "turn 2"]
     assert list(ax.lines[1].get_ydata()) == [0.3, 0.5]
-    ticks = [t for t in ax.get_xticks() if 0 <= t <= 1]
-    assert ticks == [0.0, 1.0], ticks  # whole steps (matplotlib's default puts ticks at 0.2, 0.4 ...)
-    ax = plot_not_okay_ratio(history, threshold=0.2).axes[0]
-    assert [line.get_label() for line in ax.lines] == ["all turns", "turn 1", "alert threshold"]
-    assert list(ax.lines[2].get_ydata()) == [0.2, 0.2]
-    with pytest.raises(ValueError, match="reward/turn"):
+    assert x_ticks(ax) == [0.0, 1.0]  # whole steps (matplotlib's default puts ticks at 0.2, 0.4 ...)
+    # One step: matplotlib's integer locator alone falls back to 3.84, 3.88 ... ticks.
+    one = {"reward/turn_1": {3: 0.5}, "monitor/not_okay_ratio": {3: 0.5}}
+    assert x_ticks(plot_reward_per_turn(one).axes[0]) == [3.0]
+    assert x_ticks(plot_not_okay_ratio(one, threshold=0.2).axes[0]) == [3.0]
+    with pytest.raises(ValueError, match="reward/turn_<n>"):
         plot_reward_per_turn({"reward/score_mean": {0: 1.0}})
+
+
+def test_not_okay_plot_draws_the_threshold_only_while_the_ratio_is_checked():
+    checked = dict(HISTORY, **{"monitor/not_okay_check": {0: 1.0, 1: 1.0}})
+    ax = plot_not_okay_ratio(checked, threshold=0.2).axes[0]
+    assert [line.get_label() for line in ax.lines] == ["all turns", "turn 2", "alert threshold 0.2"]
+    assert list(ax.lines[2].get_ydata()) == [0.2, 0.2] and list(ax.texts) == []
+    # No calibrated opening: the monitor skips the check, so no line claims a limit; a note says why.
+    unchecked = dict(HISTORY, **{"monitor/not_okay_check": {0: 0.0, 1: 0.0}})
+    ax = plot_not_okay_ratio(unchecked, threshold=0.2).axes[0]
+    assert [line.get_label() for line in ax.lines] == ["all turns", "turn 2"]
+    assert [t.get_text() for t in ax.texts] == ["opening not calibrated: check off (no alert)"]
+    # A history from before the check was recorded: the threshold as before.
+    assert [line.get_label() for line in plot_not_okay_ratio(HISTORY, 0.2).axes[0].lines][-1] == "alert threshold 0.2"
+
+
+def test_each_run_kind_logs_the_sections_it_depends_on():
+    config = RunConfig().to_dict()
+    shared = {"backend", "profile", "temperature", "max_response_tokens", "response_length_schedule"}
+    training = {k.split(".")[0] for k in config_params(run_config(config, "training"))}
+    assert training == shared | {"experiment", "evaluation", "cluster", "policy", "sampling", "rollout", "rewards",
+                                 "train", "monitor", "splits", "sft"}
+    evaluation = {k.split(".")[0] for k in config_params(run_config(config, "evaluation"))}
+    # The response length schedule raises the limit at training steps: nothing an evaluation reads.
+    assert evaluation == shared - {"response_length_schedule"} | {"evaluate", "analysis", "beam", "evaluation", "policy",
+                                                                  "sampling", "rollout", "splits"}
+    # The openai section counts only when that backend generates.
+    served = dict(config, policy=dict(config["policy"], backend="openai"))
+    assert "openai" in run_config(served, "training") and "openai" in run_config(served, "evaluation")
+    with pytest.raises(ValueError, match="run kind"):
+        run_config(config, "eval")
+
+
+def test_the_launcher_comes_from_dvc_or_the_prefect_deployment():
+    run = {"id": "7d3c", "name": "crimson-mole"}
+    assert launcher_tags({}, {}) == {"kevin.launcher": "cli"}
+    assert launcher_tags({}, run) == {"kevin.launcher": "cli", "prefect.flow_run_id": "7d3c",
+                                      "prefect.flow_run_name": "crimson-mole"}
+    assert launcher_tags({}, dict(run, deployment_id="d1"))["kevin.launcher"] == "prefect"
+    # dvc repro / dvc exp run run kevin train, whose flow runs in-process: DVC launched it.
+    assert launcher_tags({"DVC_STAGE": "train"}, run) == {"kevin.launcher": "dvc", "prefect.flow_run_id": "7d3c",
+                                                          "prefect.flow_run_name": "crimson-mole"}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -244,6 +318,7 @@ def test_a_run_holds_params_metrics_tags_and_artifacts(store, tmp_path):
     tags = run.data.tags
     assert tags["git.commit"] == head and tags["mlflow.source.git.commit"] == head and tags["git.dirty"] == "false"
     assert (tags["model"], tags["backend"], tags["dvc.exp_name"], tags["dvc.stage"]) == ("tiny-llama", "cpu", "gamma-0.4", "train")
+    assert (tags["kind"], tags["kevin.launcher"]) == ("training", "dvc") and "prefect.flow_run_id" not in tags
     assert tags["stop.reason"] == alert.message and tags["stop.step"] == "2" and tags["stop.metric"] == "junk_share"
     assert tags["monitor.last_alert"] == alert.message
 
@@ -357,3 +432,85 @@ def test_ctrl_c_ends_the_run_killed_with_the_reason(store, tmp_path):
     run = client_for(store).get_run(run_id)
     assert run.info.status == "KILLED" and run.data.tags["stop.reason"] == "interrupted (KeyboardInterrupt)"
     assert tracker.run_id is None
+
+
+def test_the_experiment_is_a_model_training_one_new_or_reused(store, tmp_path):
+    client = client_for(store)
+    client.create_experiment("kind-untagged", artifact_location=(tmp_path / "a").as_uri())
+    client.create_experiment("kind-genai", artifact_location=(tmp_path / "b").as_uri(),
+                             tags={"mlflow.experimentKind": "genai_development"})  # the UI's first-visit default
+    for name in ("kind-new", "kind-untagged", "kind-genai"):
+        Tracker(TrackingConfig(experiment_name=name), tmp_path / name, project_dir=store, env={}).start({}).end()
+        assert client.get_experiment_by_name(name).tags["mlflow.experimentKind"] == "custom_model_development", name
+
+
+def test_an_evaluation_links_its_training_run_and_logs_only_its_own_params(store, tmp_path):
+    from kevin.experiment.evaluate import EvaluationRun
+
+    config = RunConfig.from_dict({"tracking": {"tracking_uri": f"sqlite:///{store}/mlflow.db", "experiment_name": "linked"},
+                                  "evaluate": {"name": "ckpt", "output_dir": str(tmp_path / "eval")}})
+    trainer = Tracker(config.tracking, tmp_path / "train", project_dir=store, env={})
+    with trainer.start(config.to_dict()):
+        train_id = trainer.run_id
+    checkpoint = tmp_path / "train" / "checkpoints" / "step_000002"
+    checkpoint.mkdir(parents=True)
+
+    run = EvaluationRun(config, project_dir=store)
+    run.checkpoint, run.tasks = checkpoint, []
+    run.identity = {"checkpoint": str(checkpoint), "checkpoint_step": 2, "budget_splits": ["4x2"],
+                    "model": f"checkpoint {checkpoint}"}
+    run._start_tracking()
+    out = run.out_dir
+    for folder in ("tables", "curves", "plots"):
+        (out / folder).mkdir()
+    (out / "metrics.json").write_text(json.dumps({"turn1/kernels": 8, "split_4x2/turn2/best_at_4/perf": 1.5}))
+    (out / "report.json").write_text("{}")
+    (out / "run.json").write_text("{}")
+    assert run.track({"metrics": out / "metrics.json"})
+    run.tracker.end()
+
+    client = client_for(store)
+    evaluation, training = client.get_run(run.mlflow["run_id"]), client.get_run(train_id)
+    tags = evaluation.data.tags
+    assert (tags["kind"], tags["kevin.training_run_id"], tags["mlflow.parentRunId"]) == ("evaluation", train_id, train_id)
+    assert training.data.tags["kind"] == "training"
+    assert evaluation.data.metrics == {"turn_1/kernels": 8.0, "split_4x2/turn_2/best_at_4/perf": 1.5}
+    params = evaluation.data.params
+    assert params["training_run_id"] == train_id and params["evaluate.name"] == "ckpt"
+    assert {k.split(".")[0] for k in params} == {"backend", "profile", "temperature", "max_response_tokens", "evaluate",
+                                                 "analysis", "beam", "evaluation", "policy", "sampling", "rollout",
+                                                 "splits", "training_run_id"}
+    assert "train.lr" in training.data.params and not any(k.startswith("evaluate.") for k in training.data.params)
+    # The whole config stays an artifact of both.
+    for r in (evaluation, training):
+        saved = yaml.safe_load(Path(r.info.artifact_uri.removeprefix("file://"), "config.yaml").read_text())
+        assert saved["train"]["lr"] == config.train.lr and saved["evaluate"]["name"] == "ckpt"
+
+
+FLOW = """
+import json, sys
+from prefect import flow
+from prefect.runtime import flow_run
+from kevin.tracking import Tracker, TrackingConfig
+
+@flow(name="probe")
+def probe():
+    tracker = Tracker(TrackingConfig(tracking_uri=sys.argv[1], experiment_name="launched"), sys.argv[2], env={})
+    with tracker.start({"a": 1}):
+        return {"run_id": tracker.run_id, "flow_run_id": flow_run.id, "flow_run_name": flow_run.name}
+
+print(json.dumps(probe()))
+"""
+
+
+def test_a_run_inside_a_prefect_flow_run_carries_its_id(store, tmp_path):
+    # A real flow run (Prefect's temporary local server), in a subprocess so its settings stay out of this one.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DVC_"))}
+    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    proc = subprocess.run([sys.executable, "-c", FLOW, f"sqlite:///{store}/mlflow.db", str(tmp_path / "out")],
+                          env=env, cwd=store, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    tags = client_for(store).get_run(seen["run_id"]).data.tags
+    assert tags["prefect.flow_run_id"] == seen["flow_run_id"] and tags["prefect.flow_run_name"] == seen["flow_run_name"]
+    assert tags["kevin.launcher"] == "cli" and "prefect.deployment_id" not in tags  # a flow called, not deployed
