@@ -1,12 +1,14 @@
 """Experiment tracking: the one module that talks to MLflow.
 
 One MLflow run per training run. A run holds:
-- params: the resolved config, flattened to dotted keys (``train.lr``, ``monitor.max_thresholds.junk_share``);
-  the whole config also goes in as ``config.yaml`` since MLflow caps a param value at 6000 characters;
+- params: the sections of the resolved config the run's kind (training, evaluation) depends on, flattened to dotted
+  keys (``train.lr``, ``monitor.max_thresholds.junk_share``); the whole config also goes in as ``config.yaml``;
 - metrics per step, in fixed namespaces so ablations line up column for column in the UI (``step_metrics``):
   ``reward/`` kernel scores and turn returns, ``eval/`` verdict shares and speedups, ``loss/`` the update,
   ``monitor/`` Not-Okay Ratio and junk, ``perf/`` seconds per phase and tokens per second;
-- tags: git commit, model, backend, the DVC experiment when run under ``dvc exp run``, and why the run stopped;
+- tags: git commit, model, backend, the DVC experiment when run under ``dvc exp run``, what launched the run (DVC,
+  a Prefect deployment, a shell) and its Prefect flow run, an evaluation's training run, and why the run stopped;
+- the experiment: tagged a model-training one (``mlflow.experimentKind``), not MLflow 3's default GenAI kind;
 - artifacts per step under ``steps/step_NNNNNN/`` (rollout JSONL, a sample of kernels with their verdicts,
   a table per task, the step's alerts) and, for the run, plots of reward per turn and of the Not-Okay Ratio
   over steps plus a table of the main metrics per step, redrawn from MLflow's own history (so a resumed run
@@ -807,10 +809,16 @@ class Tracker:
     def _mark_training_experiment(self, experiment: Any) -> None:
         # An experiment made before the kind was set, or typed GenAI in the UI's first-visit prompt (whose default
         # choice is GenAI), is marked a model-training one.
+        from mlflow.exceptions import MlflowException
+
         kind = experiment.tags.get(EXPERIMENT_KIND_TAG)
-        if kind != EXPERIMENT_KIND:
-            logger.info("MLflow experiment %r: %s %r -> %r", experiment.name, EXPERIMENT_KIND_TAG, kind, EXPERIMENT_KIND)
+        if kind == EXPERIMENT_KIND:
+            return
+        logger.info("MLflow experiment %r: %s %r -> %r", experiment.name, EXPERIMENT_KIND_TAG, kind, EXPERIMENT_KIND)
+        try:
             self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        except MlflowException as exc:  # e.g. a shared server that lets us log runs but not edit the experiment
+            logger.warning("MLflow experiment %r keeps %s %r: %s", experiment.name, EXPERIMENT_KIND_TAG, kind, exc)
 
     def _create(self) -> None:
         self.experiment_id = self._experiment_id()
