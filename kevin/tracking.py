@@ -444,19 +444,12 @@ def turn_name(index: int) -> str:
 
 
 _MONITOR_TURN = re.compile(r"(?<=/)turn(\d+)$")
-_EVALUATION_TURN = re.compile(r"(^|/)turn(\d+)/")
 
 
 def monitor_metric_key(key: str) -> str:
     """A monitor row key as an MLflow metric name (without ``monitor/``): the row's 0-based per-turn keys (the
     keys its thresholds use) counted from 1, ``junk_share/turn0`` -> ``junk_share/turn_1``; others unchanged."""
     return _MONITOR_TURN.sub(lambda m: turn_name(int(m.group(1))), key)
-
-
-def evaluation_metric_key(key: str) -> str:
-    """An evaluation's metrics.json name as an MLflow metric name: its turn prefixes, 1-based already
-    (``turn2/best_at_16/perf``, ``split_32x4/turn2/...``), written ``turn_2/...`` like the training run's."""
-    return mlflow_key(_EVALUATION_TURN.sub(lambda m: f"{m.group(1)}turn_{m.group(2)}/", key))
 
 
 def _status(turn: Turn) -> str:

@@ -274,8 +274,8 @@ def flat_metrics(report: RunReport) -> dict[str, float]:
     - after the last turn, k = m: ``best_at_16/correct``, ``avg_at_16/fast_1.5``, ``pass_at_1/kernels``,
       ``geomean_speedup``, ``kernels``, ``correct_kernels``; ``pass_at_4/trajectories`` (= best_at_4/correct);
     - the best@k curve: ``best_at_1/perf`` ... ``best_at_15/perf``;
-    - the turn curves: ``turn3/best_at_16/perf`` (after turn 3; turn n repeats the unprefixed values);
-    - each budget split the rollouts hold: ``split_32x4/best_at_32/perf`` and ``split_32x4/turn2/...``.
+    - the turn curves: ``turn_3/best_at_16/perf`` (after turn 3; turn n repeats the unprefixed values);
+    - each budget split the rollouts hold: ``split_32x4/best_at_32/perf`` and ``split_32x4/turn_2/...``.
     Undefined values (a geometric mean without a correct kernel, pass@k with k above a task's kernels)
     are left out rather than written as NaN.
     """
@@ -286,9 +286,9 @@ def flat_metrics(report: RunReport) -> dict[str, float]:
             out[f"best_at_{m.k}/{name}"] = value
         out[f"pass_at_{m.k}/trajectories"] = m.best["correct"]
     for m in report.by_turn:
-        out.update(_flat(m, f"turn{m.turn}/"))
+        out.update(_flat(m, f"turn_{m.turn}/"))  # 1-based: "after turn 1", as MLflow names it
     for split, curve in report.splits.items():
         out.update(_flat(curve[-1], f"split_{split}/"))
         for m in curve:
-            out.update(_flat(m, f"split_{split}/turn{m.turn}/"))
+            out.update(_flat(m, f"split_{split}/turn_{m.turn}/"))
     return out

@@ -509,14 +509,14 @@ class EvaluationRun:
         tracking is off."""
         from mlflow.entities import Metric
 
-        from kevin.tracking import evaluation_metric_key
+        from kevin.tracking import mlflow_key
 
         if not self.tracker.enabled or (self.out_dir / TRACKED).is_file():
             return False
         metrics = json.loads(paths["metrics"].read_text(encoding="utf-8"))
         stamp = int(paths["metrics"].stat().st_mtime * 1000)
         # metrics.json's names, with turns written as the training runs write them (turn_1/...).
-        batch = [Metric(key=evaluation_metric_key(k), value=float(v), timestamp=stamp, step=0) for k, v in metrics.items()]
+        batch = [Metric(key=mlflow_key(k), value=float(v), timestamp=stamp, step=0) for k, v in metrics.items()]
         for start in range(0, len(batch), 1000):  # MLflow takes at most 1000 metrics per call
             self.tracker.client.log_batch(self.tracker.run_id, metrics=batch[start:start + 1000])
         for folder in ("tables", "curves", "plots"):

@@ -142,11 +142,11 @@ def test_flat_metrics_names_and_values():
     assert flat["pass_at_1/trajectories"] == pytest.approx(0.5)  # = best@1 of correct
     assert flat["pass_at_1/kernels"] == pytest.approx(0.375)
     assert flat["geomean_speedup"] == pytest.approx(1.2 ** (1 / 3))
-    assert flat["turn1/best_at_2/perf"] == pytest.approx(0.5)
-    assert flat["turn2/best_at_2/perf"] == flat["best_at_2/perf"]
+    assert flat["turn_1/best_at_2/perf"] == pytest.approx(0.5)
+    assert flat["turn_2/best_at_2/perf"] == flat["best_at_2/perf"]
     assert flat["split_2x1/best_at_2/correct"] == pytest.approx(0.5)
     # 1x2 after turn 1: best@1 = mean; X [1.0, 0] -> 0.5, Y [0, 0] -> 0; over tasks 0.25
-    assert flat["split_1x2/turn1/best_at_1/perf"] == pytest.approx(0.25)
+    assert flat["split_1x2/turn_1/best_at_1/perf"] == pytest.approx(0.25)
     assert (flat["tasks"], flat["kernels"], flat["correct_kernels"]) == (2.0, 8.0, 3.0)
     assert not [name for name in flat if "@" in name]
     # no correct kernel: the geometric mean is undefined and left out

@@ -102,7 +102,7 @@ def test_a_run_writes_every_table_curve_and_plot_with_hand_computed_metrics(base
     assert metrics["best_at_2/perf"] == pytest.approx(sum((2 * lo + 3 * hi) / 6 for lo, hi in per_task) / 2)
     # Kernels: 2 tasks x 4 trajectories x 2 turns, 4 correct; pass@1 over kernels = 2/8 per task.
     assert metrics["kernels"] == 16.0 and metrics["correct_kernels"] == 4.0 and metrics["pass_at_1/kernels"] == 0.25
-    assert metrics["turn1/kernels"] == 8.0 and metrics["turn1/best_at_4/correct"] == 1.0
+    assert metrics["turn_1/kernels"] == 8.0 and metrics["turn_1/best_at_4/correct"] == 1.0
     # Splits read from the same rollout: 2x2 = best@2 after turn 2, 4x1 = best@4 after turn 1.
     assert metrics["split_2x2/best_at_2/correct"] == pytest.approx(5 / 6)
     assert metrics["split_4x1/best_at_4/perf"] == metrics["best_at_4/perf"]
@@ -240,7 +240,7 @@ def test_beam_selection_branches_the_best_trajectory(base_run, model_dirs, eval_
         assert parents[task] == [best] * 4
     metrics = json.loads((root / "beam" / "metrics.json").read_text())
     # After turn 1 half the slots are correct; after turn 2 every slot's lineage holds the best correct kernel.
-    assert metrics["turn1/avg_at_4/correct"] == 0.5 and metrics["avg_at_4/correct"] == 1.0
+    assert metrics["turn_1/avg_at_4/correct"] == 0.5 and metrics["avg_at_4/correct"] == 1.0
     assert metrics["avg_at_4/perf"] == pytest.approx(metrics["best_at_4/perf"])
 
 

@@ -106,7 +106,7 @@ def test_the_headline_holds_the_few_figures_an_ablation_is_compared_by():
              "score_mean_last_step": 0.526, "score_mean_turn_1": 0.54, "verdicts": {"correct": 8}}
     evaluation = {"tasks": 3, "kernels": 12, "best_at_1/correct": 0.2, "best_at_2/correct": 0.5,
                   "best_at_2/perf": 0.4, "best_at_2/fast_1": 0.1, "best_at_2/fast_2": 0.0, "avg_at_2/correct": 0.25,
-                  "avg_at_2/perf": 0.2, "avg_at_2/fast_1": 0.05, "turn1/best_at_2/correct": 0.3}
+                  "avg_at_2/perf": 0.2, "avg_at_2/fast_1": 0.05, "turn_1/best_at_2/correct": 0.3}
     assert headline_metrics(train, evaluation) == {
         "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.376, "score_mean_last_step": 0.526},
         "evaluation": {"tasks": 3, "k": 2, "best_correct": 0.5, "best_perf": 0.4, "best_fast_1": 0.1,

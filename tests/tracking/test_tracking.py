@@ -24,7 +24,6 @@ from kevin.tracking import (
     clip_text,
     config_params,
     dvc_tags,
-    evaluation_metric_key,
     flatten_config,
     kernel_sample,
     kernels_markdown,
@@ -196,10 +195,6 @@ def test_turns_are_counted_from_1_in_every_mlflow_name():
     assert monitor_metric_key("junk_share/turn11") == "junk_share/turn_12"
     assert monitor_metric_key("junk_share/last_turn") == "junk_share/last_turn"
     assert monitor_metric_key("not_okay_ratio") == "not_okay_ratio"
-    # An evaluation's metrics.json counts its turns from 1 already ("after turn 1").
-    assert evaluation_metric_key("turn1/best_at_16/perf") == "turn_1/best_at_16/perf"
-    assert evaluation_metric_key("split_32x4/turn12/kernels") == "split_32x4/turn_12/kernels"
-    assert evaluation_metric_key("best_at_16/perf") == "best_at_16/perf"
 
 
 HISTORY = {"reward/turn_1": {0: 0.1, 1: 0.2}, "reward/turn_2": {0: 0.3, 1: 0.5}, "reward/score_mean": {0: 1.0},
@@ -463,7 +458,7 @@ def test_an_evaluation_links_its_training_run_and_logs_only_its_own_params(store
     out = run.out_dir
     for folder in ("tables", "curves", "plots"):
         (out / folder).mkdir()
-    (out / "metrics.json").write_text(json.dumps({"turn1/kernels": 8, "split_4x2/turn2/best_at_4/perf": 1.5}))
+    (out / "metrics.json").write_text(json.dumps({"turn_1/kernels": 8, "split_4x2/turn_2/best_at_4/perf": 1.5}))
     (out / "report.json").write_text("{}")
     (out / "run.json").write_text("{}")
     assert run.track({"metrics": out / "metrics.json"})
