@@ -466,8 +466,8 @@ def report_cmd(
             _die(str(exc))
         settings = run_settings(config, model_label(config))
         name = name or config.experiment.name
-    if headline is not None:
-        write_json(headline, headline_metrics(train, found))
+    if headline is not None:  # under one key: `dvc exp show` names its columns headline.train... apart from the params
+        write_json(headline, {"headline": headline_metrics(train, found)})
     record = json.loads(sft.read_text(encoding="utf-8")) if sft and sft.is_file() else None
     steps = []
     if curve and curve.is_file():

@@ -87,7 +87,7 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     checked = json.loads((repo / "outputs" / "validate" / "rollouts.json").read_text())
     assert [r["success"] for r in checked] == [True, True]  # the train step's rollout and the eval split's
     assert "outputs/train/steps/step_000000/rollout" in checked[0]["suite"]
-    headline = json.loads((repo / "metrics" / "headline.json").read_text())
+    headline = json.loads((repo / "metrics" / "headline.json").read_text())["headline"]
     assert headline["train"] == {k: metrics[k] for k in ("steps_done", "correct_share", "score_mean",
                                                           "score_mean_last_step")}
     assert headline["evaluation"]["tasks"] == 1 and headline["evaluation"]["k"] == 2
@@ -120,9 +120,9 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
     assert diff.returncode == 0 and "failed to load" not in diff.stderr, diff.stderr
     diff = json.loads(diff.stdout)
     assert list(diff) == ["metrics/headline.json"]
-    assert set(diff["metrics/headline.json"]) >= {"train.steps_done", "train.score_mean", "evaluation.best_correct",
-                                                 "evaluation.tasks"}
-    assert diff["metrics/headline.json"]["evaluation.tasks"]["old"] == 1
+    assert set(diff["metrics/headline.json"]) >= {"headline.train.steps_done", "headline.train.score_mean",
+                                                 "headline.evaluation.best_correct", "headline.evaluation.tasks"}
+    assert diff["metrics/headline.json"]["headline.evaluation.tasks"]["old"] == 1
     plots = _run(dvc + ["plots", "show", "--out", str(repo.parent / "plots")], repo, env)
     assert plots.returncode == 0, plots.stderr
     page = (repo.parent / "plots" / "index.html").read_text()

@@ -132,5 +132,5 @@ def test_kevin_report_is_titled_and_opened_by_the_run_settings_and_writes_the_he
     assert page.startswith("# cpu-demo\n\n| setting | value |")
     assert "| training | 2 steps x 2 tasks x 2 trajectories x 2 turns, 384 response tokens, T 0.5 |" in page
     assert "| reward | gamma 0.4, sum of the turn scores |" in page
-    assert json.loads((tmp_path / "m" / "headline.json").read_text()) == {
-        "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.25, "score_mean_last_step": 0.5}}
+    assert json.loads((tmp_path / "m" / "headline.json").read_text()) == {"headline": {
+        "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.25, "score_mean_last_step": 0.5}}}
