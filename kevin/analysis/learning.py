@@ -174,7 +174,8 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     """Two panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``,
     the first and last windows' means drawn over their steps. Saved as PNG at ``path``."""
     from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
+
+    from kevin.monitor import whole_step_axis
 
     steps = [int(r["step"]) for r in rows]
     turns = sorted({int(k.rsplit("_", 1)[1]) for r in rows for k in r if k.startswith("score_mean_turn_")})
@@ -191,7 +192,7 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
                             f"(gain {gain.gain:+.3f}, 90% [{gain.low:+.3f}, {gain.high:+.3f}])")
         ax.set_xlabel("training step")
         ax.set_ylabel(label)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        whole_step_axis(ax.xaxis)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if title:
