@@ -231,15 +231,3 @@ def sequence_logprobs(model: Any, prompt_ids: Sequence[Sequence[int]], completio
     if entropy is not None:
         entropy = torch.where(cmask, entropy, zero)
     return SequenceLogprobs(logp, cmask, entropy)
-    try:
-        logits = model(**kwargs, logits_to_keep=width_c + 1).logits[:, :-1]  # [B, T, V]
-    except TypeError as exc:  # a model without logits_to_keep: take the last T+1 positions ourselves
-        if "logits_to_keep" not in str(exc):
-            raise
-        logits = model(**kwargs).logits[:, -width_c - 1:-1]
-    logp, entropy = token_logprobs(logits, ids[:, -width_c:], temperature, with_entropy=with_entropy)
-    zero = torch.zeros((), dtype=logp.dtype, device=device)
-    logp = torch.where(cmask, logp, zero)
-    if entropy is not None:
-        entropy = torch.where(cmask, entropy, zero)
-    return SequenceLogprobs(logp, cmask, entropy)

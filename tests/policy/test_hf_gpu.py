@@ -106,9 +106,11 @@ def test_chunked_logprobs_keep_the_update_memory_down():
     one_pass, g1 = peak(0)
     chunked, g2 = peak(1024)
     print(f"update peak over the model: one pass {one_pass:.2f} GiB, chunked {chunked:.2f} GiB")
-    assert one_pass > 2.0  # at least the float32 log-softmax of the whole batch
-    assert chunked < one_pass / 3
-    assert torch.allclose(g1, g2, atol=1e-3, rtol=1e-2)
+    # The figures go into every message: a device call returns only the tail of its output.
+    assert one_pass > 2.0, f"one pass {one_pass:.2f} GiB: less than its float32 log-softmax"
+    assert chunked < one_pass / 3, f"chunked {chunked:.2f} GiB against one pass {one_pass:.2f} GiB"
+    diff = float((g1 - g2).abs().max())
+    assert torch.allclose(g1, g2, atol=1e-3, rtol=1e-2), f"head gradients differ by up to {diff:.3g}"
 
 
 def test_compiled_decode_step_log_probs_match_a_forward_pass(tok):
