@@ -28,7 +28,8 @@ def tasks_cmd(source: str = typer.Option("bundled", help="'bundled' or the path 
 
 def split_cmd(
     out: Path = typer.Option(..., help="where to write the split (JSON), e.g. data/splits/bundled.json"),
-    source: str = typer.Option("", help="'bundled' or the path of a KernelBench checkout (default: params.yaml, else bundled)"),
+    source: str = typer.Option("", help="'bundled' or the path of a KernelBench checkout (default: params.yaml, "
+                                        "else bundled)"),
     params: Optional[Path] = typer.Option(None, help="params.yaml to read the splits section from"),
 ) -> None:
     """Split a task suite into train and eval tasks (seeded, stratified by level, stable across re-runs)."""

@@ -13,11 +13,13 @@ from kevin_cli.common import BACKEND_HELP, TIMEOUT_HELP, die, eval_config, load_
 
 
 def eval_cmd(
-    task_file: Path = typer.Argument(..., help="KernelBench-format task file (defines Model, get_inputs, get_init_inputs)"),
+    task_file: Path = typer.Argument(..., help="KernelBench-format task file (defines Model, get_inputs, "
+                                               "get_init_inputs)"),
     solution_file: Path = typer.Argument(..., help="solution file defining ModelNew"),
     backend: str = typer.Option("", help=BACKEND_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the EvalResult as JSON"),
-    profile: str = typer.Option("", help="task size profile (default: cpu on the cpu backend, the task's own sizes on cuda)"),
+    profile: str = typer.Option("", help="task size profile (default: cpu on the cpu backend, the task's own sizes "
+                                         "on cuda)"),
     timing_trials: int = typer.Option(0, help="timed calls (0: the configured default, 100)"),
     correctness_trials: int = typer.Option(0, help="correctness trials (0: the configured default, 5)"),
     timeout: float = typer.Option(0.0, "--timeout", metavar="SECONDS", help=TIMEOUT_HELP),
@@ -43,7 +45,8 @@ def eval_cmd(
 
 
 def eval_batch_cmd(
-    candidates: Path = typer.Argument(..., help="a directory of solutions named after tasks (levelN/NAME.py or NAME.py), or a JSONL file of {task_id, source}"),
+    candidates: Path = typer.Argument(..., help="a directory of solutions named after tasks (levelN/NAME.py or "
+                                                "NAME.py), or a JSONL file of {task_id, source}"),
     tasks: str = typer.Option("bundled", help="'bundled' or the path of a KernelBench checkout"),
     backend: str = typer.Option("", help=BACKEND_HELP),
     out: Optional[Path] = typer.Option(None, help="write one EvalResult JSON per line here"),

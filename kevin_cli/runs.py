@@ -14,8 +14,8 @@ from kevin_cli.common import die, params_files, quiet_libraries
 def train_cmd(
     params: Optional[list[Path]] = typer.Option(
         None, "--params", help="params file (repeat to layer several, later ones win); default: params.yaml"),
-    overrides: Optional[list[str]] = typer.Option(None, "--set", metavar="KEY=VALUE",
-                                                  help="override a setting, e.g. --set experiment.steps=2 (repeatable)"),
+    overrides: Optional[list[str]] = typer.Option(
+        None, "--set", metavar="KEY=VALUE", help="override a setting, e.g. --set experiment.steps=2 (repeatable)"),
     resume: bool = typer.Option(False, "--resume", help="continue the experiment's run from its newest checkpoint"),
     restart_if_changed: bool = typer.Option(
         False, "--restart-if-changed",
@@ -85,7 +85,8 @@ def evaluate_cmd(
         None, "--checkpoint", help="a training checkpoint (a checkpoints folder: its newest; or a step_N folder); "
                                    "'none': the policy section's model (sets evaluate.checkpoint)"),
     model: Optional[str] = typer.Option(None, "--model", help="the model to evaluate: an HF folder or hub id "
-                                                              "in-process, or a served name with policy.backend=openai"),
+                                                              "in-process, or a served name with "
+                                                              "policy.backend=openai"),
     resume: bool = typer.Option(False, "--resume", help="continue the evaluation in evaluate.output_dir"),
     compare: Optional[list[Path]] = typer.Option(
         None, "--compare", metavar="RUN_DIR", help="compare finished evaluation runs side by side instead of "
@@ -163,5 +164,5 @@ def sft_cmd(
     except (TaskError, FileNotFoundError, ValueError) as exc:
         die(str(exc))
     write_json(out / "sft.json", {"enabled": True, **metrics})
-    typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, loss {metrics['train_loss']:.4f}; "
-               f"model in {out / 'model'}")
+    typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, "
+               f"loss {metrics['train_loss']:.4f}; model in {out / 'model'}")

@@ -109,7 +109,8 @@ def test_the_temporary_prefect_server_of_a_run_gets_time_to_start_on_a_busy_mach
     import sys
 
     probe = ("from kevin_cli.common import quiet_libraries\nquiet_libraries(True)\n"
-             "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait\nprint(wait.value())")
+             "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait\n"
+             "print(wait.value())")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PYTHONPATH"] = str(REPO)
     waits = []

@@ -215,7 +215,8 @@ def metrics_from(table: _TurnTable, ks: Sequence[int], pass_ks: Sequence[int]) -
     correct_kernels = sum(c for _, c in table.kernel_counts)
     return [
         Metrics(k=k, turn=table.turn, best=dict(zip(table.names, best_all[:, k - 1].tolist())), avg=dict(avg),
-                pass_kernels=dict(pass_kernels), geomean_speedup=geomean, kernels=kernels, correct_kernels=correct_kernels)
+                pass_kernels=dict(pass_kernels), geomean_speedup=geomean, kernels=kernels,
+                correct_kernels=correct_kernels)
         for k in ks
     ]
 

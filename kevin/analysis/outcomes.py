@@ -167,7 +167,8 @@ def outcomes_from_turns(turns: Iterable[Any]) -> list[TaskOutcome]:
         speedup = float(result.get("speedup", 0.0) or 0.0)
         kernels = grouped.setdefault(record.task_id, {}).setdefault(int(record.trajectory), {})
         if int(record.turn) in kernels:
-            raise ValueError(f"task {record.task_id!r} trajectory {record.trajectory}: turn {record.turn} appears twice")
+            raise ValueError(f"task {record.task_id!r} trajectory {record.trajectory}: turn {record.turn} "
+                             "appears twice")
         kernels[int(record.turn)] = KernelOutcome(correct, speedup)
     tasks = []
     for task_id, trajectories in grouped.items():

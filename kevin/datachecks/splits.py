@@ -150,13 +150,15 @@ def task_file_facts(entry: "SplitEntry", root: Path) -> dict[str, Any]:
         facts["profile_numeric"] = len(numeric) == len(values)
         own = read_constants(task.source)
         ratios = {key: v / own[key[1]] for key, v in numeric.items()
-                  if isinstance(own.get(key[1]), (int, float)) and not isinstance(own.get(key[1]), bool) and own[key[1]] > 0}
+                  if isinstance(own.get(key[1]), (int, float)) and not isinstance(own.get(key[1]), bool)
+                  and own[key[1]] > 0}
         if numeric:
             facts["profile_min"] = min(numeric.values())
         if ratios:
             facts["profile_growth"] = max(ratios.values())
         notes = [f"{p}.{k}={v!r}" for (p, k), v in values.items() if (p, k) not in numeric]
-        notes += [f"{p}.{k}={v!r} (own {own[k]!r})" for (p, k), v in numeric.items() if v < 1 or ratios.get((p, k), 0) > 1]
+        notes += [f"{p}.{k}={v!r} (own {own[k]!r})" for (p, k), v in numeric.items()
+                  if v < 1 or ratios.get((p, k), 0) > 1]
         facts["profile_note"] = "; ".join(notes)
     return facts
 

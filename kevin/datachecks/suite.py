@@ -162,7 +162,8 @@ def report_from_result(result: Mapping[str, Any], frame: "pd.DataFrame", checks:
             continue
         config = item["expectation_config"]
         kwargs = config["kwargs"]
-        columns = tuple(kwargs.get("column_list") or [kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs])
+        columns = tuple(kwargs.get("column_list")
+                        or [kwargs[k] for k in ("column", "column_A", "column_B") if k in kwargs])
         outcome = item.get("result") or {}
         detail_column = details.get(config.get("description", ""), "")
         rows = []
