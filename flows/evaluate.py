@@ -8,7 +8,7 @@ when it continues the rollouts in ``evaluate.output_dir``); the tables' artifact
 ``<name>-<run>-evaluation``; as in training, the ``kevin.*`` loggers' lines go to the flow run's logs. As for training,
 no Prefect server is needed (Prefect's ephemeral API); with ``PREFECT_API_URL`` set the run shows in that server.
 
-    python -m kevin.cli evaluate --params params.yaml --checkpoint outputs/train/checkpoints
+    python -m kevin_cli evaluate --params params.yaml --checkpoint outputs/train/checkpoints
 """
 
 from __future__ import annotations

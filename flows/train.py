@@ -18,7 +18,7 @@ collapse alert ends in a Completed state named ``Stopped`` whose message is the 
 as the ``stop.reason`` tag. A run that reached ``experiment.time_limit_s`` ends checkpointed in a Completed state
 named ``Paused``; ``--resume`` continues it.
 
-    python -m kevin.cli train --params params.yaml --set experiment.steps=2     # runs ``train`` in this process
+    python -m kevin_cli train --params params.yaml --set experiment.steps=2     # runs ``train`` in this process
 
 Without ``PREFECT_API_URL`` Prefect runs the flow against a temporary local server of its own (the ephemeral
 API); with one, the run, its task runs, artifacts and alert events show in that server's UI.

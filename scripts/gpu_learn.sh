@@ -77,7 +77,7 @@ device_setup() {
   fi
   date -u; nvidia-smi -L; python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
   echo "set up in ${SECONDS} s"
-  python3 -m kevin.cli split --params params.yaml --out data/splits/split.json >/dev/null
+  python3 -m kevin_cli split --params params.yaml --out data/splits/split.json >/dev/null
 }
 
 case "$STAGE" in
@@ -124,7 +124,7 @@ case "$STAGE" in
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then
-      python3 -m kevin.cli sft $PARAMS --split data/splits/split.json --out "$SFT" 2>&1 | grep -v Warning \
+      python3 -m kevin_cli sft $PARAMS --split data/splits/split.json --out "$SFT" 2>&1 | grep -v Warning \
         | tee "$OUT/sft.log" | tail -20
     fi
     cat "$SFT/sft.json"; echo
@@ -140,9 +140,9 @@ case "$STAGE" in
     # packing, 30 s of the run's limit for Prefect's server and the imports before the run's clock starts.
     left=$((CALL_S - SECONDS - 50))
     echo "train: $((left - 30)) s for steps, killed at $left s"
-    timeout -s ABRT -k 10 "$left" python3 -m kevin.cli train $PARAMS --resume ${VERBOSE:+--verbose} \
+    timeout -s ABRT -k 10 "$left" python3 -m kevin_cli train $PARAMS --resume ${VERBOSE:+--verbose} \
       --set experiment.time_limit_s=$((left - 30)) ${SET:-} 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
-    python3 -m kevin.cli learning "$RUN" 2>&1 | tail -40
+    python3 -m kevin_cli learning "$RUN" 2>&1 | tail -40
     pack_run ;;
   eval)
     # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the
@@ -153,7 +153,7 @@ case "$STAGE" in
         dir=outputs/h200-eval-$which-$side
         [ -f "$dir/report.json" ] && continue
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
-        timeout ${EVAL_S:-270} python3 -m kevin.cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
+        timeout ${EVAL_S:-270} python3 -m kevin_cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
           --set evaluate.name=$which-$side --set evaluate.output_dir=$dir --set evaluate.tasks=$side \
           --set "analysis.budget_splits=[1x1]" --set "analysis.pass_ks=[1]" 2>&1 | grep --line-buffered -v '━' \
           | tee "$OUT/eval-$which-$side.log" | tail -25

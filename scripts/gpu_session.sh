@@ -42,7 +42,7 @@ case "${PART:-judge}" in
     fi
     echo "KEVIN_TEST_FILESYSTEM=$KEVIN_TEST_FILESYSTEM"
     if [ -n "${WARMSTART:-}" ]; then  # the concise CUDA warm-start answers (data/warmstart/cuda) through the evaluator
-      timeout ${WARMSTART} python3 -m kevin.cli eval-batch data/warmstart/cuda --backend cuda --timing-trials 10 \
+      timeout ${WARMSTART} python3 -m kevin_cli eval-batch data/warmstart/cuda --backend cuda --timing-trials 10 \
         --out "$OUT/warmstart_cuda.jsonl" 2>&1 | grep -v '━' | tail -45
     fi
     # TESTS: the files to run, in order (default: every GPU test of the judge, tests/gpu).

@@ -8,7 +8,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from kevin.cli import app
+from kevin_cli import app
 from tests.conftest import RELU_BODY, REPO, cpp_solution
 
 RELU_TASK = str(REPO / "data" / "tasks" / "level1" / "01_relu.py")
@@ -71,7 +71,7 @@ def test_unknown_task_errors_carry_no_stray_quotes(tmp_path):
 
 
 def test_timeout_option_sets_the_run_time_limit(tmp_path):
-    from kevin.cli import _config
+    from kevin_cli.common import eval_config as _config
 
     params = tmp_path / "params.yaml"
     params.write_text("evaluation:\n  timeout_s: 30\n")
@@ -108,8 +108,9 @@ def test_the_temporary_prefect_server_of_a_run_gets_time_to_start_on_a_busy_mach
     import subprocess
     import sys
 
-    probe = ("from kevin.cli import _quiet_libraries\n_quiet_libraries(True)\n"
-             "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait\nprint(wait.value())")
+    probe = ("from kevin_cli.common import quiet_libraries\nquiet_libraries(True)\n"
+             "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as wait\n"
+             "print(wait.value())")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PYTHONPATH"] = str(REPO)
     waits = []

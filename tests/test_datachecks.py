@@ -11,7 +11,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from kevin.cli import app
+from kevin_cli import app
 from kevin.datachecks import check_rollouts, check_split
 from kevin.records.evaluation import EvalResult, Status
 from kevin.records.rollout import TrainingSample, Turn, group_trajectories, save_records, save_turns

@@ -78,7 +78,7 @@ def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, A
             return merge_adapter(model, folder).eval(), tokenizer
         if not (folder / "config.json").is_file():
             raise ValueError(f"sft.enabled is true but {folder} holds no model: run the warm start first "
-                             "(`dvc repro sft`, or `python -m kevin.cli sft --out OUTPUT_DIR`)")
+                             "(`dvc repro sft`, or `python -m kevin_cli sft --out OUTPUT_DIR`)")
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(folder))

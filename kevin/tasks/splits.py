@@ -163,7 +163,7 @@ class Split:
     def from_dict(cls, data: Mapping[str, Any], where: str = "split") -> "Split":
         """Read a split as written, without judging it: duplicates or leaks are for the data checks to report."""
         if not isinstance(data, Mapping) or data.get("format") != SPLIT_FORMAT:
-            raise ValueError(f"{where}: not a split file of format {SPLIT_FORMAT} (make one with `python -m kevin.cli split`)")
+            raise ValueError(f"{where}: not a split file of format {SPLIT_FORMAT} (make one with `python -m kevin_cli split`)")
         for key in ("config", "train", "eval"):
             if key not in data:
                 raise ValueError(f"{where}: missing {key!r}")

@@ -91,7 +91,7 @@ def test_each_task_against_itself_at_its_first_and_last_draw():
 def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     from typer.testing import CliRunner
 
-    from kevin.cli import app
+    from kevin_cli import app
 
     run = tmp_path / "run"
     for step in range(4):

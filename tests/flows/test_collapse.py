@@ -103,7 +103,7 @@ def test_without_a_server_kevin_train_logs_tags_and_states_the_stop(model_dirs, 
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # no server: the ephemeral API
     env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "kevin.cli", "train", "--params", str(PARAMS), "--params", str(params)],
+    proc = subprocess.run([sys.executable, "-m", "kevin_cli", "train", "--params", str(PARAMS), "--params", str(params)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]

@@ -212,7 +212,7 @@ def test_an_interrupted_checkpoint_evaluation_resumes_without_generating_or_judg
     # Comparison mode: base model vs checkpoint, side by side.
     from typer.testing import CliRunner
 
-    from kevin.cli import app
+    from kevin_cli import app
 
     cli = CliRunner().invoke(app, ["evaluate", "--compare", str(root / "base"), "--compare", str(root / "ckpt"),
                                    "--out", str(root / "compare")])

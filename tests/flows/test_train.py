@@ -142,11 +142,11 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
 
 
 def cli(*args: str, harness_url: str, cwd: Path, **popen) -> subprocess.Popen:
-    """`python -m kevin.cli train ...` in a subprocess running this checkout, against the harness's server."""
+    """`python -m kevin_cli train ...` in a subprocess running this checkout, against the harness's server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PYTHONPATH=str(REPO), PREFECT_API_URL=harness_url, PREFECT_HOME=str(cwd / "prefect"),
                PREFECT_SERVER_ANALYTICS_ENABLED="false", OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "kevin.cli", "train", *args], cwd=cwd, env=env, text=True,
+    return subprocess.Popen([sys.executable, "-m", "kevin_cli", "train", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **popen)
 
 

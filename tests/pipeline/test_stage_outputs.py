@@ -118,7 +118,7 @@ def test_the_headline_holds_the_few_figures_an_ablation_is_compared_by():
 def test_kevin_report_is_titled_and_opened_by_the_run_settings_and_writes_the_headline(tmp_path):
     from typer.testing import CliRunner
 
-    from kevin.cli import app
+    from kevin_cli import app
     from tests.conftest import REPO
 
     train = tmp_path / "train.json"

@@ -1,0 +1,112 @@
+"""The report commands: the pipeline's report page and headline figures (`report`), and whether a training run's
+policy learned (`learning`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kevin_cli.common import die, params_files
+
+
+def report_cmd(
+    train_metrics: Path = typer.Option(..., "--train", help="the train stage's metrics (JSON)"),
+    evaluation: Optional[Path] = typer.Option(None, "--evaluation", help="the evaluate stage's metrics (JSON), if any"),
+    out: Path = typer.Option(..., help="folder for report.md"),
+    params: Optional[list[Path]] = typer.Option(
+        None, "--params", help="the run's params files (repeat to layer): the report's title is the experiment's "
+                               "name and its first table the run's settings"),
+    name: Optional[str] = typer.Option(None, help="the report's title (default: the experiment's name, else 'kevin')"),
+    headline: Optional[Path] = typer.Option(None, help="write the few figures an ablation is compared by here "
+                                                       "(JSON; the pipeline's `dvc metrics`)"),
+    sft: Optional[Path] = typer.Option(None, help="the sft stage's record (sft.json): the report says how the warm "
+                                                  "start went"),
+    curve: Optional[Path] = typer.Option(None, help="the train stage's per-step curve (CSV): the report lists the "
+                                                    "mean score of every step"),
+) -> None:
+    """The pipeline's report: the settings, what happened in words, then the train and evaluation metrics, in one
+    markdown page; and the headline figures in one small JSON."""
+    from kevin.pipeline import headline_metrics, report_markdown, run_settings, write_json
+
+    if not train_metrics.is_file():
+        die(f"no such metrics file: {train_metrics}")
+    train = json.loads(train_metrics.read_text(encoding="utf-8"))
+    found = json.loads(evaluation.read_text(encoding="utf-8")) if evaluation and evaluation.is_file() else None
+    settings = None
+    if params:
+        from kevin.config import RunConfig
+        from kevin.experiment.policies import model_label
+
+        try:
+            config = RunConfig.from_files(params_files(params))
+        except (ValueError, FileNotFoundError) as exc:
+            die(str(exc))
+        settings = run_settings(config, model_label(config))
+        name = name or config.experiment.name
+    if headline is not None:  # under one key: `dvc exp show` names its columns headline.train... apart from the params
+        write_json(headline, {"headline": headline_metrics(train, found)})
+    record = json.loads(sft.read_text(encoding="utf-8")) if sft and sft.is_file() else None
+    steps = []
+    if curve and curve.is_file():
+        import csv
+
+        with curve.open(encoding="utf-8", newline="") as handle:
+            steps = list(csv.DictReader(handle))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(report_markdown(train, found, name or "kevin", sft=record, steps=steps,
+                                                   settings=settings), encoding="utf-8")
+    typer.echo(f"report: {out / 'report.md'}" + (f"  headline: {headline}" if headline is not None else ""))
+
+
+def learning_cmd(
+    run_dir: Path = typer.Argument(..., help="a training run's folder (outputs/<experiment.name>)"),
+    out: Optional[Path] = typer.Option(None, help="folder for learning.csv, learning.json and learning.png "
+                                                  "(default: RUN_DIR/plots)"),
+    window: int = typer.Option(5, help="steps in each of the first and the last window compared"),
+) -> None:
+    """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
+    a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
+    task by task, each train task's correct share and score at its last draw against its first."""
+    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, task_gain, window_gain
+    from kevin.pipeline import read_step_summaries, write_csv, write_json
+
+    summaries = read_step_summaries(run_dir)
+    rows = learning_rows(summaries)
+    if not rows:
+        die(f"{run_dir} holds no finished training step (steps/step_N/summary.json)")
+    out = out or run_dir / "plots"
+    extra = sorted({k for r in rows for k in r} - set(LEARNING_FIELDS))
+    write_csv(out / "learning.csv", rows, [*LEARNING_FIELDS, *extra])
+    for row in rows:
+        turns = "  ".join(f"t{k.rsplit('_', 1)[1]} {row[k]:.3f}" for k in extra if k.startswith("score_mean_turn_"))
+        moved = (f"  lr {row['lr']:.1e}  kl {row['policy_kl']:.1e}  entropy {row['entropy']:.3f}"
+                 + (f"  skipped {row['skipped_steps']}" if row["skipped_steps"] else "")) if "lr" in row else ""
+        typer.echo(f"step {row['step']:3d}  kernels {row['kernels']:3d}  correct {row['correct_share']:.3f}  "
+                   f"score {row['score_mean']:.3f}  ({turns}){moved}")
+    gain = None
+    try:
+        gain = window_gain([r["score_mean"] for r in rows], window)
+    except ValueError as exc:
+        typer.echo(f"no comparison of first and last steps: {exc}")
+    if gain is not None:
+        typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
+                   f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: "
+                   + ("above the noise" if gain.learned else "not above the noise"))
+    paired = {}
+    for metric in ("correct_share", "score_mean"):
+        try:
+            paired[metric] = task_gain(summaries, metric)
+        except ValueError as exc:
+            typer.echo(f"no task-by-task comparison of {metric}: {exc}")
+            continue
+        p = paired[metric]
+        typer.echo(f"{metric}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
+                   f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: "
+                   + ("above the noise" if p.learned else "not above the noise"))
+    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
+                                       "per_task": {k: v.to_dict() for k, v in paired.items()}})
+    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
+    typer.echo(f"plot: {plot}")
