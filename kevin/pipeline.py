@@ -99,6 +99,22 @@ def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in found]
 
 
+def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
+    """Every judged kernel in the run's step rollouts (``steps/step_N/rollout/**/verdicts_TTT.jsonl``), each verdict
+    with its 0-based ``step`` and ``turn`` added. Steps whose rollouts are gone (a run moved without them) give none;
+    a line cut off by a kill is skipped, as the rollout's own resume does."""
+    found = []
+    for path in sorted((Path(out_dir) / "steps").glob("step_*/rollout/**/verdicts_*.jsonl")):
+        step_dir = next(p for p in path.parents if p.name.startswith("step_"))
+        step, turn = int(step_dir.name.split("_")[1]), int(path.stem.split("_")[1])
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                found.append({**json.loads(line), "step": step, "turn": turn})
+            except json.JSONDecodeError:
+                continue
+    return found
+
+
 def write_json(path: str | Path, data: Any) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -93,8 +93,7 @@ def learning_cmd(
         typer.echo(f"no comparison of first and last steps: {exc}")
     if gain is not None:
         typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
-                   f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: "
-                   + ("above the noise" if gain.learned else "not above the noise"))
+                   f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: {gain.verdict}")
     paired = {}
     for metric in ("correct_share", "score_mean"):
         try:
@@ -102,11 +101,36 @@ def learning_cmd(
         except ValueError as exc:
             typer.echo(f"no task-by-task comparison of {metric}: {exc}")
             continue
-        p = paired[metric]
-        typer.echo(f"{metric}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
-                   f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: "
-                   + ("above the noise" if p.learned else "not above the noise"))
+        _say_paired(metric, paired[metric])
+    per_turn = _turn_gains(run_dir, len(rows))
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
-                                       "per_task": {k: v.to_dict() for k, v in paired.items()}})
+                                       "per_task": {k: v.to_dict() for k, v in paired.items()},
+                                       "per_task_turn": per_turn})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
+
+
+def _say_paired(label: str, p: Any) -> None:
+    typer.echo(f"{label}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
+               f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: {p.verdict}")
+
+
+def _turn_gains(run_dir: Path, steps: int) -> dict[str, Any]:
+    """Task by task per turn, from the judged kernels of the steps whose rollouts the run folder still holds."""
+    from kevin.analysis.learning import TURN_METRICS, turn_task_gain
+    from kevin.pipeline import read_step_verdicts
+
+    verdicts = read_step_verdicts(run_dir)
+    held = len({v["step"] for v in verdicts})
+    if held < steps:
+        typer.echo(f"per turn: the rollouts of {held} of {steps} steps are here (the others travelled without them)")
+    gains: dict[str, Any] = {}
+    for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
+        for metric in TURN_METRICS:
+            try:
+                g = turn_task_gain(verdicts, turn, metric)
+            except ValueError:
+                continue
+            gains[f"turn_{turn}/{metric}"] = g.to_dict()
+            _say_paired(f"turn {turn} {metric}", g)
+    return gains

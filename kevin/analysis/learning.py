@@ -11,7 +11,9 @@ which few steps happened to be in the windows.
 The steps draw different tasks, and tasks differ far more than one update moves a score, so the window means carry
 the task mix as noise. ``task_gain`` pairs instead: the task sampler draws every train task once an epoch, so a task
 drawn again was drawn later in training; each such task's figure at its last draw minus its first, averaged over
-those tasks, with a bootstrap over the tasks.
+those tasks, with a bootstrap over the tasks. ``turn_task_gain`` does the same for one turn's kernels, read from
+the judged kernels of the steps' rollouts: the first turn is what the warm start taught, the refinement turn is not,
+and an update can move one while the other stays put or falls.
 
 matplotlib is imported by ``plot_learning`` only.
 """
@@ -21,9 +23,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["LEARNING_FIELDS", "UPDATE_FIELDS", "Gain", "TaskGain", "WindowGain", "learning_rows", "plot_learning", "task_gain", "window_gain"]
+__all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
+           "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_task_gain", "turn_task_visits",
+           "window_gain"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -84,8 +88,16 @@ class Gain:
         """The whole interval above zero: the gain is more than the noise the bootstrap sees."""
         return self.low > 0.0
 
+    @property
+    def verdict(self) -> str:
+        """In words: a rise or a fall beyond the noise (the whole interval on one side of zero), or neither."""
+        if self.low > 0.0:
+            return "a rise above the noise"
+        return "a fall beyond the noise" if self.high < 0.0 else "within the noise"
+
     def to_dict(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "gain": self.gain, "learned": self.learned}
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "gain": self.gain, "learned": self.learned,
+                "verdict": self.verdict}
 
 
 @dataclass(frozen=True)
@@ -143,6 +155,22 @@ def _task_figure(row: Mapping[str, Any], metric: str) -> float | None:
     return float(row[metric]) if metric in row else None  # steps tracked before per-task scores have none
 
 
+def paired_gain(visits: Mapping[str, Sequence[float]], *, level: float = 0.9, draws: int = 2000,
+                seed: int = 0) -> tuple[float, float, float, float, int]:
+    """Each key's last value minus its first (``visits`` in draw order), over the keys seen at least twice: the
+    first mean, the last mean, a ``level`` percentile-bootstrap interval of the mean difference from ``draws``
+    seeded redraws of the keys, and how many keys were paired. ValueError when none was seen twice."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be between 0 and 1, got {level}")
+    pairs = [(v[0], v[-1]) for v in visits.values() if len(v) >= 2]
+    if not pairs:
+        raise ValueError(f"no task was drawn twice yet ({len(visits)} tasks drawn once): the sampler draws each "
+                         "train task once an epoch, so this needs more than one epoch of steps")
+    rng = random.Random(seed)
+    low, high = _interval([_mean([b - a for a, b in rng.choices(pairs, k=len(pairs))]) for _ in range(draws)], level)
+    return _mean([a for a, _ in pairs]), _mean([b for _, b in pairs]), low, high, len(pairs)
+
+
 def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_share", *, level: float = 0.9,
               draws: int = 2000, seed: int = 0) -> TaskGain:
     """Pair each task with itself: its ``metric`` in the last step that drew it minus the first (``summaries`` in
@@ -151,22 +179,57 @@ def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_sha
     twice with the figure known."""
     if metric not in ("correct_share", "score_mean"):
         raise ValueError(f"metric must be correct_share or score_mean, got {metric!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be between 0 and 1, got {level}")
     visits: dict[str, list[float]] = {}
     for summary in sorted(summaries, key=lambda s: int(s["step"])):
         for row in summary.get("tasks", []):
             value = _task_figure(row, metric)
             if value is not None:
                 visits.setdefault(str(row["task"]), []).append(value)
-    pairs = [(v[0], v[-1]) for v in visits.values() if len(v) >= 2]
-    if not pairs:
-        raise ValueError(f"no task was drawn twice yet ({len(visits)} tasks drawn once): the sampler draws each "
-                         "train task once an epoch, so this needs more than one epoch of steps")
-    rng = random.Random(seed)
-    low, high = _interval([_mean([b - a for a, b in rng.choices(pairs, k=len(pairs))]) for _ in range(draws)], level)
-    return TaskGain(first=_mean([a for a, _ in pairs]), last=_mean([b for _, b in pairs]), low=low, high=high,
-                    metric=metric, tasks=len(pairs))
+    first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
+    return TaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks)
+
+
+TURN_METRICS = ("correct_share", "parse_error_share", "score_mean")
+"""What ``turn_task_gain`` compares of one turn's kernels of a task in one step: the share judged correct, the share
+that did not parse (the answer format lost), and the mean kernel score."""
+
+
+@dataclass(frozen=True)
+class TurnTaskGain(TaskGain):
+    """``TaskGain`` of one turn's kernels only (``turn_task_gain``): a turn the warm start never taught (the
+    refinement turn) can move while the first turn does not, or the other way round."""
+
+    turn: int = 1
+    """1-based turn."""
+
+
+def turn_task_visits(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str) -> dict[str, list[float]]:
+    """Per task, ``metric`` of its kernels at 1-based ``turn`` in each step that drew it, in step order.
+    ``verdicts``: one mapping per judged kernel with ``step``, ``turn`` (0-based, as the rollout files number
+    them), ``task_id``, ``status`` and ``score``."""
+    if metric not in TURN_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(TURN_METRICS)}, got {metric!r}")
+    kernels: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
+    for v in verdicts:
+        if int(v["turn"]) == turn - 1:
+            kernels.setdefault((int(v["step"]), str(v["task_id"])), []).append(v)
+    visits: dict[str, list[float]] = {}
+    for (_, task), group in sorted(kernels.items()):
+        if metric == "score_mean":
+            value = _mean([float(v["score"]) for v in group])
+        else:
+            status = "correct" if metric == "correct_share" else "parse_error"
+            value = sum(v["status"] == status for v in group) / len(group)
+        visits.setdefault(task, []).append(value)
+    return visits
+
+
+def turn_task_gain(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str = "correct_share", *,
+                   level: float = 0.9, draws: int = 2000, seed: int = 0) -> TurnTaskGain:
+    """``task_gain`` for the kernels of one turn, from the judged kernels themselves (``turn_task_visits``)."""
+    visits = turn_task_visits(verdicts, turn, metric)
+    first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
+    return TurnTaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, turn=turn)
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",

@@ -88,6 +88,45 @@ def test_each_task_against_itself_at_its_first_and_last_draw():
         task_gain(summaries, "speed")
 
 
+def _kernel(step, turn, task, status, score=0.0):
+    return {"step": step, "turn": turn, "task_id": task, "status": status, "score": score}
+
+
+def test_one_turn_of_each_task_against_itself():
+    from kevin.analysis.learning import turn_task_gain, turn_task_visits
+
+    # Task a: turn 1 correct 2 of 2 at step 0, 1 of 2 at step 3; turn 2 parse errors 2 of 2 -> 0 of 2.
+    # Task b: turn 1 correct 1 of 2 -> 0 of 2 (step 1 -> step 2); turn 2 parse errors 1 of 2 -> 1 of 2.
+    verdicts = [_kernel(3, 0, "a", "correct", 1.2), _kernel(3, 0, "a", "compile_error"),
+                _kernel(0, 0, "a", "correct", 0.8), _kernel(0, 0, "a", "correct", 0.4),
+                _kernel(0, 1, "a", "parse_error"), _kernel(0, 1, "a", "parse_error"),
+                _kernel(3, 1, "a", "correct", 0.5), _kernel(3, 1, "a", "incorrect"),
+                _kernel(1, 0, "b", "correct", 0.3), _kernel(1, 0, "b", "runtime_error"),
+                _kernel(2, 0, "b", "incorrect"), _kernel(2, 0, "b", "parse_error"),
+                _kernel(1, 1, "b", "parse_error"), _kernel(1, 1, "b", "correct", 0.6),
+                _kernel(2, 1, "b", "parse_error"), _kernel(2, 1, "b", "correct", 0.9),
+                _kernel(4, 0, "c", "correct", 1.0)]  # c drawn once: never paired
+    assert turn_task_visits(verdicts, 1, "correct_share") == {"a": [1.0, 0.5], "b": [0.5, 0.0], "c": [1.0]}
+    assert turn_task_visits(verdicts, 1, "score_mean") == {"a": [pytest.approx(0.6), pytest.approx(0.6)],
+                                                           "b": [pytest.approx(0.15), 0.0], "c": [1.0]}
+    first = turn_task_gain(verdicts, 1, "correct_share")
+    # a: 1.0 -> 0.5, b: 0.5 -> 0.0: both fell by 0.5, so every bootstrap mean is -0.5.
+    assert (first.turn, first.tasks, first.first, first.last) == (1, 2, 0.75, 0.25)
+    assert (first.low, first.high) == (pytest.approx(-0.5), pytest.approx(-0.5))
+    assert first.verdict == "a fall beyond the noise" and not first.learned
+    parse = turn_task_gain(verdicts, 2, "parse_error_share")
+    # a: 1.0 -> 0.0, b: 0.5 -> 0.5: mean 0.75 -> 0.25; the bootstrap means lie in [-1, 0].
+    assert (parse.first, parse.last, parse.gain) == (0.75, 0.25, -0.5)
+    assert -1.0 <= parse.low <= parse.high <= 0.0 and parse.verdict != "a rise above the noise"
+    second = turn_task_gain(verdicts, 2, "score_mean")
+    # a: 0.0 -> (0.5 + 0) / 2, b: (0 + 0.6) / 2 -> (0 + 0.9) / 2.
+    assert (second.first, second.last) == (pytest.approx(0.15), pytest.approx(0.35))
+    with pytest.raises(ValueError, match="metric must be one of"):
+        turn_task_gain(verdicts, 1, "speedup")
+    with pytest.raises(ValueError, match="no task was drawn twice yet"):
+        turn_task_gain(verdicts[-1:], 1)
+
+
 def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     from typer.testing import CliRunner
 
@@ -111,7 +150,36 @@ def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     assert "correct_share, the same 1 tasks at their first and last draw: 0.0000 -> 0.7500: gain +0.7500" in result.output
     assert saved["per_task"]["score_mean"]["gain"] == pytest.approx(0.3)
     assert (run / "plots" / "learning.png").stat().st_size > 10_000
+    assert saved["per_task_turn"] == {}  # no rollouts in this run folder: nothing per turn
     lines = (run / "plots" / "learning.csv").read_text().splitlines()
     assert lines[0].startswith("step,kernels,correct,correct_share,score_mean,") and len(lines) == 5
     empty = CliRunner().invoke(app, ["learning", str(tmp_path / "none")])
     assert empty.exit_code != 0 and "holds no finished training step" in empty.output
+
+
+def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin_cli import app
+
+    run = tmp_path / "run"
+    for step, (t1, t2) in enumerate([("correct", "parse_error"), ("correct", "correct"), ("incorrect", "correct")]):
+        folder = run / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(_summary(step, [(1, int(t1 == "correct"), 0.5)])))
+        if step == 1:
+            continue  # this step's rollouts stayed on another machine
+        wave = folder / "rollout" / "wave_0"
+        wave.mkdir(parents=True)
+        for turn, status in enumerate((t1, t2)):
+            verdict = json.dumps({"task_id": "t", "status": status, "score": 1.0 if status == "correct" else 0.0})
+            (wave / f"verdicts_{turn:03d}.jsonl").write_text(verdict + "\n" + ('{"task_id": "t", "sta' if turn else ""))
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
+    assert result.exit_code == 0, result.output
+    assert "the rollouts of 2 of 3 steps are here" in result.output
+    # Steps 0 and 2 (the cut-off line skipped): turn 1 correct 1 -> 0, turn 2 correct 0 -> 1.
+    assert "turn 1 correct_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
+    assert "turn 2 parse_error_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
+    saved = json.loads((run / "plots" / "learning.json").read_text())["per_task_turn"]
+    assert saved["turn_2/correct_share"]["gain"] == 1.0 and saved["turn_1/correct_share"]["verdict"] == (
+        "a fall beyond the noise")
