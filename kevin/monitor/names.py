@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 
-
 # Metrics computed from the responses of one step (absent from a history row when they cannot be computed).
 TEXT_METRICS = (
     "not_okay_ratio",   # share of responses whose reasoning does not start with the expected opening
