@@ -18,10 +18,8 @@ from kevin.tracking.params import mlflow_key
 if TYPE_CHECKING:  # only for annotations: these records are read by duck typing
     from kevin.records.rollout import Trajectory, Turn
 
-
+# The metric namespaces a step logs under (and the ones Tracker.history reads back).
 NAMESPACES = ("reward", "eval", "loss", "monitor", "perf")
-
-
 # The verdicts of the evaluator, in the order kernel samples and tables show them (best first). Written out
 # rather than read from the Status enum so the metric keys of a run never change with an import.
 STATUSES = ("correct", "incorrect", "runtime_error", "compile_error", "timeout", "rule_violation", "parse_error")

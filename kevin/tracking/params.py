@@ -12,16 +12,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-
 # MLflow's limits (mlflow.utils.validation); checked here so a long value is shortened, not a failed run.
 MAX_PARAM_VALUE = 6000
 MAX_TAG_VALUE = 8000
 MAX_KEY = 250
-
-
+# What MLflow refuses in a key (mlflow_key turns each into "_").
 _KEY_BAD_CHARS = re.compile(r"[^/\w.\- :]")
-
-
 # The config sections a run logs as params (the whole config is the artifact config.yaml either way), so that the
 # compare view of a training run and an evaluation run shows what differs between them, not 200 equal rows.
 # Training: every section but those only an evaluation or the bookkeeping reads.
