@@ -1,7 +1,7 @@
 """Collapse alerts through Prefect: one event per monitor alert, and an automation that posts them to a webhook.
 
 How an alert reaches a person:
-1. ``CollapseMonitor.observe`` returns ``Alert`` records (kevin/monitor.py) for each indicator over its limit.
+1. ``CollapseMonitor.observe`` returns ``Alert`` records (kevin/monitor/events.py) for each indicator over its limit.
 2. ``emit_collapse_alert`` turns each warning/critical alert into a Prefect event, ``kevin.collapse.alert``,
    whose resource is the training run (``kevin.run.<run id>``) with the alert's metric, severity and whether
    it should notify as labels, and whose payload holds the alert, the step's monitor metrics and the text of

@@ -107,7 +107,7 @@ class RunConfig(Settings):
     splits: SplitConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Which tasks train and which are held out for evaluation (``kevin/tasks/splits.py``)."""
     tracking: TrackingConfig = field(default_factory=dict)  # type: ignore[assignment]
-    """MLflow tracking of the run (``kevin/tracking.py``)."""
+    """MLflow tracking of the run (``kevin/tracking/``)."""
     alerts: AlertConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Where collapse alerts go (``kevin/alerts.py``)."""
     evaluate: EvaluateConfig = field(default_factory=dict)  # type: ignore[assignment]
