@@ -31,6 +31,7 @@ from kevin.settings import Settings
 __all__ = [
     "AGGREGATIONS",
     "RewardConfig",
+    "TRUNCATION_RULES",
     "group_advantages",
     "kernel_score",
     "register_aggregation",
@@ -179,6 +180,10 @@ def group_advantages(
     return adv.to(returns.dtype).reshape(returns.shape)
 
 
+TRUNCATION_RULES = ("keep", "zero")
+"""What a response cut off at the length limit scores (``RewardConfig.truncation``)."""
+
+
 @dataclass
 class RewardConfig(Settings):
     """How kernel scores become returns and advantages (the ``rewards`` section of params.yaml)."""
@@ -201,6 +206,11 @@ class RewardConfig(Settings):
     eps: float = 1e-4
     """Added to the group std before dividing (> 0); 1e-4 as in TRL, see ``group_advantages``."""
 
+    truncation: str = "keep"
+    """A response cut off at the length limit: `keep` scores its kernel as judged (the paper); `zero` scores it 0
+    before the returns (the overlong penalty): a model that repeats its kernel until the limit, which the parser
+    still reads, otherwise pays nothing for never ending its answer (docs/learning.md)."""
+
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(
@@ -212,6 +222,13 @@ class RewardConfig(Settings):
                 raise ValueError(f"rewards.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.eps, numbers.Real) or isinstance(self.eps, bool) or not self.eps > 0:
             raise ValueError(f"rewards.eps must be a positive number such as 1.0e-4, got {self.eps!r}")
+        if self.truncation not in TRUNCATION_RULES:
+            raise ValueError(f"rewards.truncation must be one of {list(TRUNCATION_RULES)}, got {self.truncation!r}")
+
+    def turn_score(self, score: float, truncated: bool) -> float:
+        """The score a turn's return is built from: its kernel's score, or 0 for a cut-off answer under
+        ``truncation: zero``."""
+        return 0.0 if truncated and self.truncation == "zero" else float(score)
 
     def returns(self, scores: Sequence[float]) -> list[float]:
         """Per-turn returns of one trajectory under this config (see ``turn_returns``)."""

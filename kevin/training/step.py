@@ -60,7 +60,8 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
                   tokenizer: Any | None = None) -> list[TrainingSample]:
     """Every turn of every trajectory as a TrainingSample (trajectory order, then turn order).
 
-    reward = the turn's return under ``reward_cfg`` (from the scores of its own trajectory);
+    reward = the turn's return under ``reward_cfg`` (from the scores of its own trajectory, a cut-off answer's as
+    ``rewards.truncation`` says);
     advantage = that return normalised over all samples of the same task (m trajectories x n turns).
     """
     turns: list[Turn] = []
@@ -70,7 +71,7 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
     for traj in trajectories:
         ordered = sorted(traj.turns, key=lambda t: t.turn)
         turns.extend(ordered)
-        returns.extend(reward_cfg.returns([t.score for t in ordered]))
+        returns.extend(reward_cfg.returns([reward_cfg.turn_score(t.score, t.truncated) for t in ordered]))
         groups.extend([task_index.setdefault(traj.task_id, len(task_index))] * len(ordered))
     if not turns:
         return []

@@ -54,6 +54,22 @@ def test_build_samples_discounted_returns_and_task_groups():
     assert samples[0].prompt_token_ids == [5, 6] and samples[0].old_logprobs == [-1.0, -1.0, -0.5]
 
 
+def test_a_cut_off_answer_scores_as_the_truncation_rule_says():
+    # Trajectory: turn 0 correct at 1.0 but cut off at the limit, turn 1 at 0.5 ended by choice; gamma 0.4.
+    traj = Trajectory(task_id="a", index=0, turns=[turn("a", 0, 0, 1.0, truncated=True), turn("a", 0, 1, 0.5)])
+    other = Trajectory(task_id="a", index=1, turns=[turn("a", 1, 0, 0.0), turn("a", 1, 1, 0.0)])
+    kept = build_samples([traj, other], RewardConfig(gamma=0.4))
+    assert [s.reward for s in kept[:2]] == [pytest.approx(1.0 + 0.4 * 0.5), 0.5]  # the paper: scored as judged
+    zero = build_samples([traj, other], RewardConfig(gamma=0.4, truncation="zero"))
+    assert [s.reward for s in zero[:2]] == [pytest.approx(0.0 + 0.4 * 0.5), 0.5]  # its own score 0, the next kept
+    # Advantages over the task's 4 samples, returns [0.2, 0.5, 0, 0]: mean 0.175, std (n-1) 0.2363...
+    r = torch.tensor([0.2, 0.5, 0.0, 0.0], dtype=torch.float64)
+    assert [s.advantage for s in zero] == pytest.approx(((r - r.mean()) / (r.std() + 1e-4)).tolist(), abs=1e-9)
+    assert RewardConfig(truncation="zero").turn_score(0.7, False) == 0.7
+    with pytest.raises(ValueError, match="rewards.truncation must be one of"):
+        RewardConfig(truncation="drop")
+
+
 def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
     tok = tiny_tokenizer()
     t0 = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="ab", result=verdict(1.0),
