@@ -195,7 +195,7 @@ def main() -> None:
         f"# Evaluation benchmark ({time.strftime('%Y-%m-%d %H:%M')} UTC, backend {args.backend})",
         "",
         f"command: `python benchmarks/bench_eval.py --backend {args.backend} --n {args.n} --stock {args.stock}`",
-        f"hardware: {ev.hardware}; cores: {os.cpu_count()}; compile workers: {ev._compile_workers}",
+        f"hardware: {ev.hardware}; cores: {os.cpu_count()}; compile workers: {ev.compile_slots.workers}",
         "",
         "| figure | value |",
         "| --- | --- |",

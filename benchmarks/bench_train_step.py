@@ -478,7 +478,7 @@ def device_name(device: str) -> str:
 
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    from kevin.evaluation.evaluator import cpu_name
+    from kevin.evaluation.hardware import cpu_name
 
     return cpu_name()
 

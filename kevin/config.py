@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 from kevin.alerts import AlertConfig
 from kevin.analysis.beam import BeamConfig
 from kevin.analysis.metrics import AnalysisConfig
-from kevin.evaluation.cluster import ClusterConfig
+from kevin.evaluation.cluster_plan import ClusterConfig
 from kevin.evaluation.config import EvalConfig
 from kevin.experiment.config import EvaluateConfig, ExperimentConfig
 from kevin.monitor import MonitorConfig
@@ -89,7 +89,8 @@ class RunConfig(Settings):
     evaluation: EvalConfig = field(default_factory=dict)  # type: ignore[assignment]
     """The evaluator (``kevin/evaluation/config.py``)."""
     cluster: ClusterConfig = field(default_factory=dict)  # type: ignore[assignment]
-    """Evaluation spread over a Ray cluster (``kevin/evaluation/cluster.py``; off: this machine's evaluator)."""
+    """Evaluation spread over a Ray cluster (``kevin/evaluation/cluster.py``, its config in ``cluster_plan.py``; off: this
+    machine's evaluator)."""
     policy: PolicyConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Which model generates, through which backend."""
     sampling: SamplingConfig = field(default_factory=dict)  # type: ignore[assignment]

@@ -32,7 +32,7 @@ def main() -> None:
     from kevin.tasks import load_bundled_suite
 
     ev = Evaluator(EvalConfig(backend="cuda", cache_dir=os.environ.get("KEVIN_CACHE_DIR", "")))
-    print("compile workers", ev._compile_workers, "jobs each", ev._max_jobs, flush=True)
+    print("compile workers", ev.compile_slots.workers, "jobs each", ev.compile_slots.jobs(), flush=True)
     items = reference_candidates(load_bundled_suite(), "cuda")[: args.n]
     start = time.perf_counter()
     results = ev.evaluate_many(items)

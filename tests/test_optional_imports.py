@@ -52,7 +52,8 @@ PROBE = textwrap.dedent('''
     # The cluster's planning needs no ray; a run that leaves the cluster off gets this machine's Evaluator.
     import tempfile
     from kevin.evaluation import EvalConfig
-    from kevin.evaluation.cluster import ClusterConfig, NodeSlots, batch_evaluator, plan_workers
+    from kevin.evaluation.cluster import batch_evaluator
+    from kevin.evaluation.cluster_plan import ClusterConfig, NodeSlots, plan_workers
     assert len(plan_workers([NodeSlots("n", "10.0.0.1", 16, 2)], "cuda", ClusterConfig())) == 2
     local = batch_evaluator(EvalConfig(cache_dir=tempfile.mkdtemp()), ClusterConfig(enabled=False))
     assert type(local).__name__ == "Evaluator", type(local)

@@ -14,179 +14,41 @@ For one candidate:
 ``evaluate`` judges one candidate; ``evaluate_many`` judges a batch: compiles on a pool of CPU workers,
 run jobs on every device (one at a time per device, a fresh process each, started ahead of their turn
 on cuda), results in input order.
+
+The evaluator holds the phases and the judges; the parts it leans on live beside it: the machine it runs on
+(hardware.py), the baseline cache (baselines.py), the compile cache and what may enter it (compile_cache.py),
+and the batch scheduler (batch.py, which reaches the evaluator only through ``batch.BatchHost``).
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import logging
 import os
-import platform
-import queue
 import secrets
-import shutil
-import subprocess
 import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
-from kevin.evaluation.builder import (BUILDER_VERSION, MAX_COMPILE_JOBS, REGISTRATION_MARKER, Toolchain, kernel_names,
-                                      load_link_baseline, prepare_headers, prepare_link)
+from kevin.evaluation.baselines import BaselineCache, baseline_key as task_baseline_key
+from kevin.evaluation.batch import Batch, CompileSlots, ProgressFn, Started, compile_priority
+from kevin.evaluation.builder import BUILDER_VERSION, Toolchain, load_link_baseline, prepare_headers, prepare_link
+from kevin.evaluation.compile_cache import CompileCache, Compiled
 from kevin.evaluation.config import EvalConfig
-from kevin.evaluation.report import PhaseProgress
+from kevin.evaluation.hardware import default_compile_workers, machine
 from kevin.evaluation.inputs import DISTRIBUTIONS
 from kevin.evaluation.isolation import protect_process
 from kevin.evaluation.judge import JudgeClient, JudgeError
-from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
-from kevin.records.verdicts import parse_error_verdict
-from kevin.evaluation.rules import cpp_rule_hits, load_rules, static_hits
-from kevin.evaluation.runs import CompileFacts, RunDriver, RunPlan, drive_compile
+from kevin.evaluation.rules import load_rules, static_hits
+from kevin.evaluation.runs import RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
-from kevin.evaluation.symbols import library_hits
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
+from kevin.records.evaluation import Candidate, EvalResult, Status
+from kevin.records.verdicts import parse_error_verdict
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
-
-ProgressFn = Callable[[EvalResult], None]
-
-
-# ------------------------------------------------------------------------------------ hardware
-
-
-def gpu_info() -> tuple[list[str], str]:
-    """(names of visible GPUs, compute capability like '9.0') without touching CUDA in this process."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=30, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return [], ""
-    rows = [[c.strip() for c in line.split(",")] for line in out.strip().splitlines() if line.strip()]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible:
-        ids = [int(x) for x in visible.split(",") if x.strip().isdigit()]
-        rows = [rows[i] for i in ids if i < len(rows)]
-    return [r[0] for r in rows], (rows[0][1] if rows and len(rows[0]) > 1 else "")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def compile_priority(rank: int, shared_jobs: int) -> tuple[int, int]:
-    """(nice level, compiler processes) of the compile at ``rank`` in its batch's queue (0: first).
-
-    The GPU waits for a batch's first compile (measured on the H200: 19 s of a 71 s batch), so the first runs at
-    nice 10 with a lone compile's processes, and later ones at nice 11, 12, ... 19 with ``shared_jobs`` (the cores
-    the queue leaves each): the first candidate is ready sooner and the cores stay as full as before.
-    """
-    return 10 + min(9, max(0, rank)), (MAX_COMPILE_JOBS if rank == 0 else shared_jobs)
-
-
-def default_compile_workers(n_devices: int, cores: int = 0) -> int:
-    """Cores minus two per run worker (its Python process and the candidate's host code), at least one.
-
-    Measured on the 16-core H200 box: 16 compile workers starved the run phase (about 40 s per
-    candidate instead of about 10 s), so run workers keep cores of their own.
-    """
-    return max(1, (cores or os.cpu_count() or 2) - 2 * max(1, n_devices))
-
-
-# ----------------------------------------------------------------------------------- baselines
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-class BaselineCache:
-    """PyTorch eager timings, measured once per task x size x hardware x torch version x protocol.
-
-    The file is read once, when the cache is made; after that this process's own copy is what counts
-    (a value read or measured is never read from the file again), so a file rewritten behind its back
-    changes nothing it already knows. Only this process writes the file; candidates cannot (isolation.py).
-    """
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._known: dict[str, float] = {k: float(v["ms"]) for k, v in self._load().items()
-                                          if isinstance(v, dict) and isinstance(v.get("ms"), (int, float))}
-        self._lock = threading.Lock()
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def get(self, key: str) -> float | None:
-        """This process's value, else one another evaluator process measured meanwhile (read from the file, and
-        kept: a value once known is never replaced by what the file says later)."""
-        with self._lock:
-            if key not in self._known:
-                for k, v in self._load().items():
-                    if k not in self._known and isinstance(v, dict) and isinstance(v.get("ms"), (int, float)):
-                        self._known[k] = float(v["ms"])
-            return self._known.get(key)
-
-    def put(self, key: str, ms: float, info: dict[str, Any]) -> None:
-        with self._lock:
-            self._known[key] = ms
-        with _locked(self.path):
-            data = self._load()
-            data[key] = {"ms": ms, **info}
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
-
-
-# ----------------------------------------------------------------------------------- compiled
-
-
-@dataclass
-class Compiled:
-    """A solution's compile outcome: its libraries' folder in the cache, or why there is none."""
-
-    failure: Failure | None = None
-    ext_dir: Path | None = None
-    kernels: list[str] = field(default_factory=list)
-    """``__global__`` names in the compiled CUDA sources (read here, from the staging folder)."""
-    compile_s: float = 0.0
-    compile_path: str = ""
-    warnings: list[str] = field(default_factory=list)
-
-
-_REGISTRATION = "\n" + REGISTRATION_MARKER
-
-
-def _candidate_text(source_file: Path) -> str:
-    """A compiled source as the candidate wrote it: our registration block (main.cpp) cut off."""
-    text = source_file.read_text(errors="replace")
-    cut = text.rfind(_REGISTRATION)
-    return text[:cut] if cut >= 0 and source_file.name == "main.cpp" else text
 
 
 # ----------------------------------------------------------------------------------- evaluator
@@ -201,34 +63,23 @@ class Evaluator:
         self.cache_dir = self.config.resolved_cache_dir
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.baselines = BaselineCache(self.cache_dir / "baselines.json")
-        self._baseline_locks: dict[str, threading.Lock] = {}
+        self.compile_cache = CompileCache(self.cache_dir / "ext")
         self._lock = threading.Lock()
         self._toolchain: Toolchain | None = None
         self._link_baseline = None  # builder.load_link_baseline: what every library of the toolchain holds
         self._judges: dict[str, JudgeClient] = {}
         self._judge_locks: dict[str, threading.Lock] = {}
-        self._compile_locks: dict[str, threading.Lock] = {}
-        self._compile_failures: dict[str, Compiled] = {}
         self._layouts: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._protected = False
-        if self.config.backend == "cuda":
-            names, arch = gpu_info()
-            if not names:
-                raise RuntimeError("backend 'cuda' needs a visible NVIDIA GPU (nvidia-smi found none); use --backend cpu")
-            self.gpu_names = names
-            self.arch = os.environ.get("TORCH_CUDA_ARCH_LIST") or arch
-            self.hardware = names[0]
-        else:
-            self.gpu_names, self.arch, self.hardware = [], "", cpu_name()
+        self.gpu_names, self.arch, self.hardware = machine(self.config.backend)
         cores = self.config.cpu_cores or os.cpu_count() or 2
-        self._compile_workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
-        # Shared by every batch in progress: two batches at once (waves of a rollout) compile in as many processes
-        # as one batch would, not twice as many.
-        self._compile_slots = threading.BoundedSemaphore(self._compile_workers)
+        workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
+        self.compile_slots = CompileSlots(workers, cores, self.config.compile_jobs)
         # On cpu a run process started ahead would take cores from the one being timed.
-        self._prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
-        self._cores = cores
-        self._compile_demand = 0  # compiles queued or running in the batches in progress (_compile_jobs)
+        self.prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
+        # The last batch's timeline (monotonic clock), for benchmarks: when each run and each compile went on.
+        self.run_intervals: list[tuple[str, float, float]] = []
+        self.compile_intervals: list[tuple[float, float]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -338,13 +189,7 @@ class Evaluator:
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
     def baseline_key(self, task: Task) -> str:
-        import importlib.metadata as md
-
-        torch_version = md.version("torch")
-        c = self.config
-        return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, self.hardware, torch_version,
-                         f"w{c.warmup_trials}t{c.timing_trials}r{c.baseline_rounds}f{int(c.flush_l2)}tf32{int(not c.disable_tf32)}"
-                         f"t{c.cpu_threads}"])
+        return task_baseline_key(task, self.config, self.hardware)
 
     def _task_spec(self, task: Task) -> dict[str, str]:
         return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
@@ -401,39 +246,12 @@ class Evaluator:
         """Measure every uncached baseline among ``tasks`` before candidates need them (one judge request per
         task; ``progress(done, total)`` after each). A task that fails here is tried again, and its error
         reported, when a candidate of it runs."""
-        missing = {self.baseline_key(t): t for t in tasks}
-        missing = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
-        if not missing:
-            return
-        with self._lock:
-            locks = [self._baseline_locks.setdefault(k, threading.Lock()) for k in sorted(missing)]
-        for lock in locks:  # sorted order, and other threads hold one at a time: no deadlock
-            lock.acquire()
-        try:
-            todo = {k: t for k, t in missing.items() if self.baselines.get(k) is None}
-            times, failure = self._time_references(list(todo.values()), device, progress)
-            if failure:
-                _log.warning("%s", failure)
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-            for key, task in todo.items():
-                if task.task_id in times:
-                    self.baselines.put(key, times[task.task_id], {"measured": stamp})
-        finally:
-            for lock in locks:
-                lock.release()
+        self.baselines.prefetch({self.baseline_key(t): t for t in tasks},
+                                lambda todo: self._time_references(todo, device, progress))
 
     def baseline_ms(self, task: Task, device: str | None = None) -> float:
         """PyTorch eager time of the task (cached); raises RuntimeError when it cannot be timed."""
-        key = self.baseline_key(task)
-        with self._lock:
-            lock = self._baseline_locks.setdefault(key, threading.Lock())
-        with lock:
-            cached = self.baselines.get(key)
-            if cached is not None:
-                return cached
-            ms = self.measure_reference_ms(task, device)
-            self.baselines.put(key, ms, {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
-            return ms
+        return self.baselines.get_or_measure(self.baseline_key(task), lambda: self.measure_reference_ms(task, device))
 
     def _judge_lock(self, device: str) -> threading.Lock:
         with self._lock:
@@ -464,8 +282,9 @@ class Evaluator:
         result.times.total = result.times.total or result.times.static
         return score(result)
 
-    def _failed(self, task: Task, candidate: Candidate, failure: Failure, warnings: list[str] | None = None,
-                compiled: bool = False) -> EvalResult:
+    def failed(self, task: Task, candidate: Candidate, failure: Failure, warnings: list[str] | None = None,
+               compiled: bool = False) -> EvalResult:
+        """The verdict of a candidate stopped by ``failure`` before its run (or, ``compiled``, by its task's)."""
         result = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=failure.status, backend=self.config.backend,
                             rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []))
         result.error = failure.message if not failure.error else (f"{failure.message}: {failure.error}" if failure.message else failure.error)
@@ -479,46 +298,13 @@ class Evaluator:
         """The solution's libraries in the cache (built now unless they are there), or why not. ``rank``: the
         candidate's place in its batch's compile queue (``compile_priority``)."""
         key = self.solution_key(candidate.source)
-        with self._lock:
-            lock = self._compile_locks.setdefault(key, threading.Lock())
-        with lock:  # identical solutions in one batch are compiled once
-            cached = self._cached_build(key)
-            if cached is not None:
-                return cached
-            if key in self._compile_failures:
-                return self._compile_failures[key]
-            result = self._build(candidate.source, key, rank)
-            if result.failure is not None and result.failure.status is not Status.TIMEOUT:
-                self._compile_failures[key] = result
-            return result
-
-    def _compile_jobs(self) -> int:
-        """Compiler processes for the build starting now: ``compile_jobs``, else the cores shared among the
-        compiles waiting (all workers together never oversubscribe the cores), at most MAX_COMPILE_JOBS."""
-        if self.config.compile_jobs:
-            return self.config.compile_jobs
-        with self._lock:
-            waiting = max(1, self._compile_demand)
-        return max(1, min(MAX_COMPILE_JOBS, self._cores // waiting))
-
-    def _demand(self, change: int) -> None:
-        with self._lock:
-            self._compile_demand += change
-
-    def _cached_build(self, key: str) -> Compiled | None:
-        folder = self.cache_dir / "ext" / key
-        try:
-            meta = json.loads((folder / "meta.json").read_text())
-        except (OSError, ValueError):
-            return None
-        return Compiled(ext_dir=folder, kernels=[str(k) for k in meta.get("kernels", [])], compile_s=0.0,
-                        compile_path=str(meta.get("path", "")))
+        return self.compile_cache.get_or_build(key, lambda: self._build(candidate.source, key, rank))
 
     def _build(self, source: str, key: str, rank: int) -> Compiled:
         self._protect()
         toolchain = self.toolchain()
         cfg = self.config
-        nice, jobs = compile_priority(rank, self._compile_jobs())
+        nice, jobs = compile_priority(rank, self.compile_slots.jobs())
         job = HarnessJob({"mode": "compile", "solution_source": source, "config": {**cfg.to_dict(), "cache_dir": str(self.cache_dir)},
                           "toolchain": toolchain.to_dict(), "max_jobs": cfg.compile_jobs or jobs, "device": "cpu"},
                          memory_limit_mb=cfg.memory_limit_mb, env_extra=self._env(gpu_visible=False), nice=nice, sandbox=cfg.sandbox,
@@ -528,35 +314,10 @@ class Evaluator:
             facts = drive_compile(job, cfg.compile_timeout_s, self._layers())
             if facts.failure is not None:
                 return Compiled(failure=facts.failure, compile_s=facts.compile_s, warnings=facts.warnings)
-            return self._adopt(job.staging, key, facts)
+            return self.compile_cache.adopt(job.staging, key, facts, self.rules, cfg.allowed_runtime_ops,
+                                            self._link_baseline)
         finally:
             job.close()
-
-    def _adopt(self, staging: Path, key: str, facts: CompileFacts) -> Compiled:
-        """Check what a compile job left in its staging folder and move it into the cache (trusted side)."""
-        hits = library_hits(staging, self.rules["native_symbols"], self.config.allowed_runtime_ops,
-                            self._link_baseline)
-        sources = sorted(p for p in staging.rglob("*") if p.name in ("main.cpp", "cuda.cu") and p.is_file() and not p.is_symlink())
-        texts = {p: _candidate_text(p) for p in sources}
-        hits += cpp_rule_hits(list(texts.values()), self.rules)
-        if not any(p.suffix == ".so" for p in staging.rglob("*.so")):
-            return Compiled(failure=Failure(Status.RUNTIME_ERROR, "the compile job reported success but built no library"),
-                            compile_s=facts.compile_s)
-        if hits:
-            return Compiled(failure=Failure(Status.RULE_VIOLATION, hits[0].message, rule_id=hits[0].rule_id), compile_s=facts.compile_s)
-        kernels = kernel_names([t for p, t in texts.items() if p.name == "cuda.cu"])
-        paths = sorted({b["path"] for b in facts.built})
-        path = "lite" if paths == ["lite"] else ("full-fallback" if "full" in paths else "")
-        folder = self.cache_dir / "ext" / key
-        tmp = self.cache_dir / "ext" / f".{key}.{secrets.token_hex(4)}"
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(staging), str(tmp))
-        (tmp / "meta.json").write_text(json.dumps({"kernels": kernels, "path": path, "built": facts.built}))
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # the same solution was adopted meanwhile: keep that one
-            shutil.rmtree(tmp, ignore_errors=True)
-        return Compiled(ext_dir=folder, kernels=kernels, compile_s=facts.compile_s, compile_path=path, warnings=facts.warnings)
 
     # -- run ---------------------------------------------------------------------------------------
 
@@ -574,7 +335,7 @@ class Evaluator:
                "transport": cfg.transport, "calibration_calls": cfg.calibration_calls}
         return plan, job
 
-    def _start_run(self, task: Task, candidate: Candidate, compiled: Compiled, device: str, gated: bool) -> tuple[HarnessJob, RunPlan]:
+    def start_run(self, task: Task, candidate: Candidate, compiled: Compiled, device: str, gated: bool) -> Started:
         self._protect()
         plan, spec = self._plan(task, compiled, device)
         cfg = self.config
@@ -583,15 +344,15 @@ class Evaluator:
                          read_only=[str(compiled.ext_dir)], cpu_seconds=int(3 * cfg.timeout_s) + 60)
         return job, plan
 
-    def _run_phase(self, task: Task, candidate: Candidate, compiled: Compiled, device: str,
-                   started: tuple[HarnessJob, RunPlan] | None = None) -> EvalResult:
+    def run_phase(self, task: Task, candidate: Candidate, compiled: Compiled, device: str,
+                   started: Started | None = None) -> EvalResult:
         """The run job of one candidate (``started``: one started ahead of its turn) and its verdict."""
         try:
             baseline = self.baseline_ms(task, device)
         except RuntimeError as exc:  # the task's own reference cannot be timed: the task's failure, not the candidate's
             if started:
                 started[0].cancel()
-            return self._failed(task, candidate, Failure(Status.RUNTIME_ERROR, "the task's reference could not be timed",
+            return self.failed(task, candidate, Failure(Status.RUNTIME_ERROR, "the task's reference could not be timed",
                                                          f"task: {exc}"), compiled=True)
         if started is not None and started[0].died():
             # Ended before its turn (its set-up failed, or something killed it) before any code of its own
@@ -599,7 +360,7 @@ class Evaluator:
             started[0].end()
             started[0].close()
             started = None
-        job, plan = started or self._start_run(task, candidate, compiled, device, gated=False)
+        job, plan = started or self.start_run(task, candidate, compiled, device, gated=False)
         facts = self._drive(job, plan, device, task)
         result = assemble(task.task_id, candidate.key, self.config.backend, facts, baseline, self.config.correctness_trials,
                           self.config.speedup_flag_threshold, compiled.compile_s, compiled.compile_path)
@@ -607,7 +368,7 @@ class Evaluator:
         result.threads = self.config.cpu_threads if self.config.backend == "cpu" else 0
         if result.flagged_speedup:
             # Too good to trust on one measurement: judge it again in a fresh process.
-            job, plan = self._start_run(task, candidate, compiled, device, gated=False)
+            job, plan = self.start_run(task, candidate, compiled, device, gated=False)
             again = assemble(task.task_id, candidate.key, self.config.backend, self._drive(job, plan, device, task), baseline,
                              self.config.correctness_trials, self.config.speedup_flag_threshold, compiled.compile_s,
                              compiled.compile_path)
@@ -647,10 +408,10 @@ class Evaluator:
         static_s = time.perf_counter() - start
         compiled = self.compile(candidate)
         if compiled.failure is not None:
-            result = self._failed(task, candidate, compiled.failure, compiled.warnings)
+            result = self.failed(task, candidate, compiled.failure, compiled.warnings)
             result.times.compile = compiled.compile_s
         else:
-            result = self._run_phase(task, candidate, compiled, device or self.devices()[0])
+            result = self.run_phase(task, candidate, compiled, device or self.devices()[0])
         result.times.static = static_s
         result.times.total = time.perf_counter() - start
         return result
@@ -667,127 +428,10 @@ class Evaluator:
     def evaluate_many(self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None,
                       show_progress: bool = False) -> list[EvalResult]:
         """Evaluate many candidates: compile on a CPU pool, run on every device, results in input order."""
-        return _Batch(self, list(items), progress, show_progress).run()
-
-
-class _Batch:
-    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix."""
-
-    def __init__(self, ev: Evaluator, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool):
-        self.ev, self.items, self.progress = ev, items, progress
-        self.results: list[EvalResult | None] = [None] * len(items)
-        self.compiled: dict[int, Compiled] = {}
-        self.run_q: queue.Queue[int | None] = queue.Queue()
-        self.run_intervals: list[tuple[str, float, float]] = []
-        self.compile_intervals: list[tuple[float, float]] = []
-        self.bar = PhaseProgress() if show else None
-        self._lock = threading.Lock()
-
-    def done(self, i: int, result: EvalResult) -> None:
-        with self._lock:
-            self.results[i] = result
-        if self.progress:
-            self.progress(result)
-
-    def _show(self, method: str, *args: Any) -> None:
-        if self.bar:
-            with self._lock:
-                getattr(self.bar, method)(*args)
-
-    def compile_one(self, i: int, rank: int) -> None:
-        task, cand = self.items[i]
-        started = time.perf_counter()
-        try:
-            with self.ev._compile_slots:
-                began = time.monotonic()
-                compiled = self.ev.compile(cand, rank)
-                self.compile_intervals.append((began, time.monotonic()))
-        finally:
-            self.ev._demand(-1)
-        self._show("advance", "compiling")
-        if compiled.failure is not None:
-            result = self.ev._failed(task, cand, compiled.failure, compiled.warnings)
-            result.times.compile = compiled.compile_s
-            result.times.total = time.perf_counter() - started
-            self._show("add_total", "running", -1)
-            self.done(i, result)
-        else:
-            self.compiled[i] = compiled
-            self.run_q.put(i)
-
-    def run_worker(self, device: str) -> None:
-        ev = self.ev
-        ahead = ev._prestart
-        started: deque[tuple[int, tuple[HarnessJob, RunPlan]]] = deque()
-        ended = False
-        while True:
-            while not ended and len(started) <= ahead:
-                try:
-                    i = self.run_q.get(block=not started)
-                except queue.Empty:
-                    break
-                if i is None:
-                    ended = True
-                    break
-                task, cand = self.items[i]
-                started.append((i, ev._start_run(task, cand, self.compiled[i], device, gated=True)))
-            if not started:
-                return
-            i, job = started.popleft()
-            task, cand = self.items[i]
-            began = time.monotonic()
-            try:
-                result = ev._run_phase(task, cand, self.compiled[i], device, job)
-            except Exception as exc:  # a verdict, never a lost item
-                job[0].cancel()
-                result = score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=ev.config.backend,
-                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
-            self.run_intervals.append((device, began, time.monotonic()))
-            self._show("advance", "running")
-            _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device, time.monotonic() - began,
-                       result.status.value, result.rule_id, {k: round(x, 2) for k, x in asdict(result.times).items() if x},
-                       f", error: {result.error[:300]!r}" if result.error else "")
-            self.done(i, result)
-
-    def run(self) -> list[EvalResult]:
-        ev = self.ev
-        compile_q: list[int] = []
-        for i, (task, cand) in enumerate(self.items):
-            early = ev.static_check(task, cand)
-            if early:
-                self.done(i, early)
-            else:
-                compile_q.append(i)
-        devices = ev.devices()
-        baseline_tasks = list({self.items[i][0].task_id: self.items[i][0] for i in compile_q}.values())
-        self._show("set_total", "baselines", len([t for t in baseline_tasks if ev.baselines.get(ev.baseline_key(t)) is None]))
-        self._show("set_total", "compiling", len(compile_q))
-        self._show("set_total", "running", len(compile_q))
-        overlap = ev.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
-        runners = [threading.Thread(target=self.run_worker, args=(d,), daemon=True) for d in devices]
-        # Baselines first, before any compile worker takes the cores: PyTorch eager's times are cached for every
-        # later batch and must not carry this batch's load (cuDNN's host-side work slows down under it).
-        ev.prefetch_baselines(baseline_tasks, devices[0], progress=lambda n, total: self._show("advance", "baselines"))
-        if compile_q:
-            ev.toolchain()  # headers prepared once, before the workers need them
-        if overlap:
-            for t in runners:
-                t.start()
-        ev._demand(len(compile_q))
-        with ThreadPoolExecutor(max_workers=ev._compile_workers) as pool:
-            list(pool.map(self.compile_one, compile_q, range(len(compile_q))))
-        if not overlap:
-            for t in runners:
-                t.start()
-        for _ in runners:
-            self.run_q.put(None)
-        for t in runners:
-            t.join()
-        # The last batch's timeline (monotonic clock), for benchmarks: when each run and each compile went on.
-        ev.run_intervals, ev.compile_intervals = self.run_intervals, self.compile_intervals
-        if self.bar:
-            self.bar.close()
-        return [r for r in self.results if r is not None]
+        batch = Batch(self, list(items), progress, show_progress)
+        results = batch.run()
+        self.run_intervals, self.compile_intervals = batch.run_intervals, batch.compile_intervals
+        return results
 
 
 def _defines_class(source: str, name: str) -> bool:
@@ -812,6 +456,4 @@ def solution_text_problem(source: str) -> str:
     return ""
 
 
-
-
-__all__ = ["BaselineCache", "Compiled", "Evaluator", "cpu_name", "gpu_info"]
+__all__ = ["Evaluator", "solution_text_problem"]

@@ -13,12 +13,11 @@ import pytest
 import ray
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
-from kevin.evaluation.cluster import (
+from kevin.evaluation.cluster import ClusterEvaluator, batch_evaluator
+from kevin.evaluation.cluster_plan import (
     ClusterConfig,
-    ClusterEvaluator,
     NodeSlots,
     WorkerSpec,
-    batch_evaluator,
     lost_verdict,
     plan_chunks,
     plan_workers,

@@ -219,7 +219,7 @@ def _started(evaluator, task, source, gated=True):
     candidate = Candidate(task.task_id, source)
     compiled = evaluator.compile(candidate)
     assert compiled.failure is None
-    return candidate, compiled, evaluator._start_run(task, candidate, compiled, "cpu", gated=gated)
+    return candidate, compiled, evaluator.start_run(task, candidate, compiled, "cpu", gated=gated)
 
 
 def test_gated_job_waits_before_candidate_code_until_handed_the_device(evaluator, relu_task):
@@ -234,7 +234,7 @@ def test_gated_job_waits_before_candidate_code_until_handed_the_device(evaluator
     item = job.reader.get(5)
     assert item.message["t"] == "ready"  # set up and waiting
     job.reader._queue.put(item)  # hand it back to the driver
-    result = evaluator._run_phase(relu_task, candidate, compiled, "cpu", started)
+    result = evaluator.run_phase(relu_task, candidate, compiled, "cpu", started)
     assert result.status is Status.CORRECT and b"CANDIDATE-IMPORTED" in job.out_tail.data
     assert result.times.setup > 0
 
@@ -248,11 +248,11 @@ def test_runs_started_ahead_keep_verdicts_and_order(evaluator, relu_task):
     good = cpp_solution(RELU_BODY, name="t_ok")
     wrong = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_wrong")
     items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"p{i}")) for i, s in enumerate([good, crash, wrong, good, crash])]
-    evaluator._prestart = 2  # as cuda does (default 4); on cpu only to test the pipeline itself
+    evaluator.prestart = 2  # as cuda does (default 4); on cpu only to test the pipeline itself
     try:
         results = evaluator.evaluate_many(items)
     finally:
-        evaluator._prestart = 0
+        evaluator.prestart = 0
     assert [r.candidate_id for r in results] == ["p0", "p1", "p2", "p3", "p4"]
     assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT, Status.RUNTIME_ERROR]
 
@@ -296,7 +296,7 @@ def test_a_waiting_job_killed_by_someone_else_is_run_again_and_ignores_a_forged_
     time.sleep(3)
     os.kill(victim[0].proc.pid, signal.SIGKILL)  # e.g. a hostile candidate running beside it
     victim[0].proc.wait(timeout=10)
-    result = evaluator._run_phase(relu_task, candidate, compiled, "cpu", victim)
+    result = evaluator.run_phase(relu_task, candidate, compiled, "cpu", victim)
     assert result.status is Status.CORRECT
 
     forged = _started(evaluator, relu_task, source)[2][0]
@@ -317,14 +317,14 @@ def test_one_run_worker_per_device_shares_the_batch(evaluator, relu_task, monkey
     sources = [good, crash, wrong, good, good, crash]
     items = [(relu_task, Candidate(relu_task.task_id, s, candidate_id=f"d{i}")) for i, s in enumerate(sources)]
     threads: set[int] = set()
-    real_run_phase = evaluator._run_phase
+    real_run_phase = evaluator.run_phase
 
     def recording(*args, **kwargs):
         threads.add(threading.get_ident())
         return real_run_phase(*args, **kwargs)
 
     monkeypatch.setattr(evaluator, "devices", lambda: ["cpu", "cpu"])
-    monkeypatch.setattr(evaluator, "_run_phase", recording)
+    monkeypatch.setattr(evaluator, "run_phase", recording)
     results = evaluator.evaluate_many(items)
     assert [r.candidate_id for r in results] == [f"d{i}" for i in range(6)]
     assert [r.status for r in results] == [Status.CORRECT, Status.RUNTIME_ERROR, Status.INCORRECT, Status.CORRECT,
@@ -424,7 +424,7 @@ def test_batches_at_once_share_the_compile_slots(cache_dir, relu_task, monkeypat
     import threading
     import time
 
-    from kevin.evaluation.evaluator import Compiled
+    from kevin.evaluation.compile_cache import Compiled
     from kevin.evaluation.verdict import Failure
 
     ev = Evaluator(EvalConfig(backend="cpu", compile_workers=1, cache_dir=str(cache_dir)))
@@ -459,14 +459,14 @@ def test_batches_at_once_share_the_compile_slots(cache_dir, relu_task, monkeypat
 def test_a_compile_gets_the_cores_the_waiting_compiles_leave_it(cache_dir):
     """A lone compile may run the host unit and nvcc's two chains at once (3); a full queue runs one process each."""
     ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=16))
-    assert ev._compile_jobs() == 3  # nothing queued: a single evaluate()
+    assert ev.compile_slots.jobs() == 3  # nothing queued: a single evaluate()
     expected = {1: 3, 5: 3, 6: 2, 8: 2, 9: 1, 16: 1, 28: 1}
     for waiting, jobs in expected.items():
-        ev._demand(waiting)
-        assert ev._compile_jobs() == jobs, waiting
-        ev._demand(-waiting)
-    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=16, compile_jobs=2))._compile_jobs() == 2
-    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=2))._compile_jobs() == 2
+        ev.compile_slots.add_demand(waiting)
+        assert ev.compile_slots.jobs() == jobs, waiting
+        ev.compile_slots.add_demand(-waiting)
+    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=16, compile_jobs=2)).compile_slots.jobs() == 2
+    assert Evaluator(EvalConfig(backend="cpu", cache_dir=str(cache_dir), cpu_cores=2)).compile_slots.jobs() == 2
     with pytest.raises(ValueError, match="compile_jobs"):
         EvalConfig(compile_jobs=-1)
 
@@ -476,11 +476,11 @@ def test_a_batch_gives_back_its_compile_demand(evaluator, relu_task):
     results = evaluator.evaluate_many([(relu_task, Candidate(relu_task.task_id, good)),
                                        (relu_task, Candidate(relu_task.task_id, good.replace("return", "return undefined_q +", 1)))])
     assert [r.status for r in results] == [Status.CORRECT, Status.COMPILE_ERROR]
-    assert evaluator._compile_demand == 0
+    assert evaluator.compile_slots.demand == 0
 
 
 def test_the_first_compile_of_a_batch_goes_first():
-    from kevin.evaluation.evaluator import compile_priority
+    from kevin.evaluation.batch import compile_priority
 
     assert [compile_priority(rank, 1) for rank in (0, 1, 2, 9, 10, 40)] == [(10, 3), (11, 1), (12, 1), (19, 1), (19, 1), (19, 1)]
     assert compile_priority(3, 2) == (13, 2)

@@ -125,7 +125,7 @@ def batch(request, tmp_path_factory, cache_dir, relu_task):
                                      cache_dir=str(cache_dir), rules=RELAXED))
     # started_ahead: as on cuda by default, the honest candidates after a hostile one are already
     # waiting in their own processes while it runs; nothing it does may reach them.
-    evaluator._prestart = request.param
+    evaluator.prestart = request.param
     return run_hostile_batch(tmp_path_factory.mktemp("hostile"), relu_task, evaluator)
 
 

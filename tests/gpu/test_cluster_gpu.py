@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _gpu_count() -> int:
-    from kevin.evaluation.evaluator import gpu_info
+    from kevin.evaluation.hardware import gpu_info
 
     return len(gpu_info()[0])
 

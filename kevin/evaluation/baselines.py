@@ -1,0 +1,132 @@
+"""The baseline cache: PyTorch eager timings of each task, measured once and kept on disk.
+
+Candidates' speedups are measured against these numbers, so a key names everything that shapes a timing
+(task, size profile, hardware, torch version, timing protocol), and a value once known to this process is never
+replaced behind its back. Measuring is the evaluator's (it owns the judges); this module keeps the numbers and
+makes sure each one is measured by one thread at a time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kevin.evaluation.config import EvalConfig
+from kevin.tasks.task import Task
+
+_log = logging.getLogger(__name__)
+
+# Times of the tasks asked for, and a description of those that could not be timed ("" when none).
+MeasureFn = Callable[[list[Task]], tuple[dict[str, float], str]]
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def baseline_key(task: Task, config: EvalConfig, hardware: str) -> str:
+    """The cache key of ``task``'s baseline: everything that shapes PyTorch eager's time of it."""
+    import importlib.metadata as md
+
+    torch_version = md.version("torch")
+    c = config
+    return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, hardware, torch_version,
+                     f"w{c.warmup_trials}t{c.timing_trials}r{c.baseline_rounds}f{int(c.flush_l2)}"
+                     f"tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
+
+
+class BaselineCache:
+    """PyTorch eager timings, measured once per task x size x hardware x torch version x protocol.
+
+    The file is read once, when the cache is made; after that this process's own copy is what counts
+    (a value read or measured is never read from the file again), so a file rewritten behind its back
+    changes nothing it already knows. Only this process writes the file; candidates cannot (isolation.py).
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._known: dict[str, float] = {k: float(v["ms"]) for k, v in self._load().items()
+                                          if isinstance(v, dict) and isinstance(v.get("ms"), (int, float))}
+        self._lock = threading.Lock()
+        # One lock per key: a baseline is measured by one thread while the others wait for its value.
+        self._key_locks: dict[str, threading.Lock] = {}
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def get(self, key: str) -> float | None:
+        """This process's value, else one another evaluator process measured meanwhile (read from the file, and
+        kept: a value once known is never replaced by what the file says later)."""
+        with self._lock:
+            if key not in self._known:
+                for k, v in self._load().items():
+                    if k not in self._known and isinstance(v, dict) and isinstance(v.get("ms"), (int, float)):
+                        self._known[k] = float(v["ms"])
+            return self._known.get(key)
+
+    def put(self, key: str, ms: float, info: dict[str, Any]) -> None:
+        with self._lock:
+            self._known[key] = ms
+        with _locked(self.path):
+            data = self._load()
+            data[key] = {"ms": ms, **info}
+            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            os.replace(tmp, self.path)
+
+    def _locks_of(self, keys: list[str]) -> list[threading.Lock]:
+        with self._lock:
+            return [self._key_locks.setdefault(k, threading.Lock()) for k in keys]
+
+    def prefetch(self, keyed: dict[str, Task], measure: MeasureFn) -> None:
+        """Measure (``measure``, all at once) the baselines among ``keyed`` not known yet, and keep those it timed;
+        the others are logged, not raised (tried again when a candidate of their task runs)."""
+        missing = {k: t for k, t in keyed.items() if self.get(k) is None}
+        if not missing:
+            return
+        locks = self._locks_of(sorted(missing))
+        for lock in locks:  # sorted order, and other threads hold one at a time: no deadlock
+            lock.acquire()
+        try:
+            todo = {k: t for k, t in missing.items() if self.get(k) is None}
+            times, failure = measure(list(todo.values()))
+            if failure:
+                _log.warning("%s", failure)
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            for key, task in todo.items():
+                if task.task_id in times:
+                    self.put(key, times[task.task_id], {"measured": stamp})
+        finally:
+            for lock in locks:
+                lock.release()
+
+    def get_or_measure(self, key: str, measure: Callable[[], float]) -> float:
+        """The value of ``key``, measured now (``measure``, which may raise) and kept when not known yet."""
+        with self._locks_of([key])[0]:
+            cached = self.get(key)
+            if cached is not None:
+                return cached
+            ms = measure()
+            self.put(key, ms, {"measured": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            return ms
+
+
+__all__ = ["BaselineCache", "MeasureFn", "baseline_key"]
