@@ -283,7 +283,7 @@ def test_without_the_disassembler_there_is_no_evaluation(monkeypatch):
     with pytest.raises(RuntimeError, match="pip install 'capstone"):
         require_disassembler()
     with pytest.raises(RuntimeError, match="capstone"):
-        from kevin.evaluation.builder import Toolchain
+        from kevin.evaluation.toolchain import Toolchain
 
         Toolchain.detect("cpu", "")
     info = ElfSymbols(machine=62, code=[(".text", 0, b"\x90", [])])
