@@ -43,7 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# BUILDER_VERSION, REGISTRATION_MARKER and kernel_names are imported from here by the evaluator.
+# BUILDER_VERSION, Toolchain, REGISTRATION_MARKER and kernel_names stay importable from here: the evaluator and its
+# compile cache import them from this module.
 from kevin.evaluation.build_sources import (REGISTRATION_MARKER, ExtensionRequest, blank_heavy_includes,  # noqa: F401
                                             kernel_names, own_flags, registration)
 from kevin.evaluation.headers import (ensure_full_only, ensure_glue, ensure_headers, fallback_needed, load_full_only, precompile,
