@@ -15,12 +15,13 @@ from typing import Any
 from kevin.evaluation.toolchain import Toolchain, from_json_fields
 
 # Lines that include the heavy torch headers; blanked in favour of the pre-included ones.
-HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/extension\.h|torch/types\.h|torch/torch\.h|torch/all\.h|'
-                           r'ATen/ATen\.h)[>"][^\n]*$', re.M)
+HEAVY_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:torch/extension\.h|torch/types\.h|torch/torch\.h|'
+                           r'torch/all\.h|ATen/ATen\.h)[>"][^\n]*$', re.M)
 # Kernel attributes that take parentheses and may stand anywhere between ``__global__`` and the name
 # (``__global__ void __launch_bounds__(256) k(...)`` is as common as the other order).
 _KERNEL_ATTRIBUTE = re.compile(
-    r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__|__declspec|alignas)\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"
+    r"\b(?:__launch_bounds__|__cluster_dims__|__maxnreg__|__attribute__|__declspec|alignas)"
+    r"\s*\((?:[^()]|\((?:[^()]|\([^()]*\))*\))*\)"
     r"|\[\[.*?\]\]"
 )
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -155,7 +156,8 @@ def registration(namespace: str, functions: tuple[str, ...]) -> str:
     for fn in functions:
         lines.append(f'    {{"{fn.split("::")[-1]}", &kevin_ops::make<&{fn}>}},')
     lines += ["};", "}  // namespace",
-              f'extern "C" const kevin_ops::Table kevin_ops_table = {{"{namespace}", kevin_ops_exports, {len(functions)}}};']
+              f'extern "C" const kevin_ops::Table kevin_ops_table = '
+              f'{{"{namespace}", kevin_ops_exports, {len(functions)}}};']
     return "\n".join(lines) + "\n"
 
 

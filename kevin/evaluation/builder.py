@@ -47,8 +47,8 @@ from pathlib import Path
 # compile cache import them from this module.
 from kevin.evaluation.build_sources import (REGISTRATION_MARKER, ExtensionRequest, blank_heavy_includes,  # noqa: F401
                                             kernel_names, own_flags, registration)
-from kevin.evaluation.headers import (ensure_full_only, ensure_glue, ensure_headers, fallback_needed, load_full_only, precompile,
-                                      write_replacing)
+from kevin.evaluation.headers import (ensure_full_only, ensure_glue, ensure_headers, fallback_needed, load_full_only,
+                                      precompile, write_replacing)
 from kevin.evaluation.nvcc import run_nvcc
 from kevin.evaluation.toolchain import BUILDER_VERSION, GLUE_OBJECT, Toolchain, run_compiler  # noqa: F401
 

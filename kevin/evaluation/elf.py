@@ -86,7 +86,8 @@ def _section_headers(data: bytes, name: str) -> tuple[list[_Section], int]:
         raise ValueError(f"{name}: section headers outside the file")
     sections = []
     for i in range(shnum):
-        sh_name, sh_type, flags, addr, offset, size, link, _, _, _ = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        header = struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+        sh_name, sh_type, flags, addr, offset, size, link, _, _, _ = header
         if offset + size > len(data) and sh_type != _SHT_NOBITS:  # .bss occupies no file bytes
             raise ValueError(f"{name}: a section lies outside the file")
         sections.append((sh_type, offset, size, link, flags, addr, sh_name))
@@ -245,7 +246,8 @@ def _library_paths() -> dict[str, str]:
     loaded = _loaded_libraries()
     paths: dict[str, str] = {}
     for name in _RUNTIME_LIBRARIES:
-        match = next((p for base, p in loaded.items() if base == name or (name == "libgomp" and base.startswith("libgomp"))), None)
+        match = next((p for base, p in loaded.items()
+                      if base == name or (name == "libgomp" and base.startswith("libgomp"))), None)
         if match is None:
             wanted = "libgomp.so.1" if name == "libgomp" else name
             compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("c++")
@@ -278,7 +280,8 @@ def runtime_exports() -> frozenset[str]:
     paths = _library_paths()
     missing = [name for name in _REQUIRED if name not in paths]
     if missing:
-        raise RuntimeError(f"the C/C++ runtime libraries {missing} were not found; the symbol check needs their exports")
+        raise RuntimeError(f"the C/C++ runtime libraries {missing} were not found; "
+                           "the symbol check needs their exports")
     names: set[str] = set()
     for path in paths.values():
         names.update(read_elf_symbols(path).defined)

@@ -12,8 +12,8 @@ import os
 import re
 from pathlib import Path
 
-from kevin.evaluation.toolchain import (CUDA_LITE, GLUE_OBJECT, GLUE_SOURCE, LITE_HEADER, OPS_HEADER, OPT_FLAGS, Toolchain,
-                                        run_compiler)
+from kevin.evaluation.toolchain import (CUDA_LITE, GLUE_OBJECT, GLUE_SOURCE, LITE_HEADER, OPS_HEADER, OPT_FLAGS,
+                                        Toolchain, run_compiler)
 
 FULL_ONLY = "full_only_identifiers.txt"
 """The listing of ``ensure_full_only``, in the header folder."""
@@ -42,7 +42,8 @@ def lite_torch_text(include_dirs: tuple[str, ...] | list[str] = ()) -> str:
 
     text = LITE_HEADER.read_text()
     # The wrappers take TensorOptions and call its helpers: declared by c10/core/TensorOptions.h.
-    text = text.replace("#include <ATen/core/Tensor.h>\n", "#include <ATen/core/Tensor.h>\n#include <c10/core/TensorOptions.h>\n", 1)
+    text = text.replace("#include <ATen/core/Tensor.h>\n",
+                        "#include <ATen/core/Tensor.h>\n#include <c10/core/TensorOptions.h>\n", 1)
     return _OPS_INCLUDE.sub(expand, text)
 
 
@@ -131,7 +132,8 @@ def ensure_glue(toolchain: Toolchain) -> str:
     source = folder / "kevin_glue.cpp"
     source.write_text(GLUE_SOURCE)
     tmp = folder / f"{GLUE_OBJECT}.{os.getpid()}.o"
-    failed = _compile_into([toolchain.cxx, *flags, "-c", source.name, "-o", tmp.name], folder, tmp, target, stamp, signature)
+    failed = _compile_into([toolchain.cxx, *flags, "-c", source.name, "-o", tmp.name], folder, tmp, target, stamp,
+                           signature)
     return "" if failed is None else f"no registration object: {failed.strip()[-1500:]}"
 
 

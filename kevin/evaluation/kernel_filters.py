@@ -35,7 +35,8 @@ DEVICES = WRITE | FS_IOCTL_DEV
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -82,7 +83,8 @@ def apply_landlock(read_paths: list[str], write_paths: list[str], device_paths: 
     if ruleset < 0:
         return 0, [f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}"]
     try:
-        for paths, rights in ((read_paths, READ), (write_paths, WRITE), (device_paths, DEVICES), (list_paths, FS_READ_DIR)):
+        granted = ((read_paths, READ), (write_paths, WRITE), (device_paths, DEVICES), (list_paths, FS_READ_DIR))
+        for paths, rights in granted:
             for path in paths:
                 _add_path_rule(libc, ruleset, path, rights & handled_fs, notes)
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -103,7 +105,8 @@ def _add_path_rule(libc: ctypes.CDLL, ruleset: int, path: str, rights: int, note
         if not os.path.isdir(path):
             rights &= _FILE_RIGHTS
         rule = _PathBeneathAttr(rights, fd)
-        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+        if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH), ctypes.byref(rule),
+                        ctypes.c_uint32(0)) != 0:
             notes.append(f"no Landlock rule for {path}: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
@@ -204,7 +207,8 @@ def apply_seccomp() -> str:
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return f"prctl(NO_NEW_PRIVS) failed: {os.strerror(ctypes.get_errno())}"
     set_mode_filter, flag_tsync = 1, 1  # TSYNC: threads started before the filter get it too
-    rc = libc.syscall(_SYS_SECCOMP[machine], ctypes.c_uint(set_mode_filter), ctypes.c_uint(flag_tsync), ctypes.byref(fprog))
+    rc = libc.syscall(_SYS_SECCOMP[machine], ctypes.c_uint(set_mode_filter), ctypes.c_uint(flag_tsync),
+                      ctypes.byref(fprog))
     if rc != 0:
         return f"seccomp filter not installed: {os.strerror(ctypes.get_errno())}"
     return ""

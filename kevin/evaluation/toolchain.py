@@ -30,8 +30,8 @@ HERE = Path(__file__).resolve().parent
 OPS_HEADER = HERE / "kevin_ops.h"
 LITE_HEADER = HERE / "torch_lite.h"
 CUDA_LITE = "kevin_cuda_lite.h"
-"""The narrow header as nvcc pre-includes it: ``torch_lite.h`` with its op headers slimmed (``headers.lite_torch_text``),
-written next to the precompiled headers (nvcc cannot use a gcc precompiled header)."""
+"""The narrow header as nvcc pre-includes it: ``torch_lite.h`` with its op headers slimmed
+(``headers.lite_torch_text``), written next to the precompiled headers (nvcc cannot use a gcc precompiled header)."""
 
 
 GLUE_OBJECT = "kevin_glue.o"
@@ -155,7 +155,8 @@ class Toolchain:
     @property
     def key(self) -> str:
         """What of the toolchain shapes a library (paths excluded: a copied cache stays valid)."""
-        fields = {"v": BUILDER_VERSION, "opt": OPT_FLAGS, "backend": self.backend, "std": self.std, "defines": self.define_flags,
+        fields = {"v": BUILDER_VERSION, "opt": OPT_FLAGS, "backend": self.backend, "std": self.std,
+                  "defines": self.define_flags,
                   "nvcc_flags": self.nvcc_flags, "arch": self.arch_flags, "torch": self.torch_version,
                   "headers": _headers_digest(), "py": sys.version_info[:2]}
         return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -169,7 +170,8 @@ class Toolchain:
 
     def cxx_flags(self, lite: bool) -> list[str]:
         """Flags of the host translation unit (without the candidate's own)."""
-        flags = [*self.define_flags, *(f"-isystem{d}" for d in self.include_dirs), "-fPIC", f"-std={self.std}", *OPT_FLAGS]
+        flags = [*self.define_flags, *(f"-isystem{d}" for d in self.include_dirs), "-fPIC", f"-std={self.std}",
+                 *OPT_FLAGS]
         header = "kevin_lite.h" if lite else "kevin_full.h"
         return flags + [f"-I{self.header_dir(lite)}", "-include", header]
 
