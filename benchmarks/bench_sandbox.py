@@ -20,7 +20,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.common import print_and_save  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
-from kevin.evaluation.isolation import SandboxConfig, landlock_abi  # noqa: E402
+from kevin.evaluation.isolation import SandboxConfig  # noqa: E402
+from kevin.evaluation.kernel_filters import landlock_abi  # noqa: E402
 from kevin.tasks import bundled_solutions_dir, load_bundled_suite  # noqa: E402
 
 

@@ -4,7 +4,7 @@
 
 Prints one line per layer: Landlock's ABI, a private read-only mount namespace, the seccomp filter, the
 capability drop, and CUDA IPC between two processes (what the judge uses to read a candidate's outputs
-without a copy), each as the harness applies it (kevin.evaluation.isolation, kevin.evaluation.transfer).
+without a copy), each as the harness applies it (kevin.evaluation.isolation, kernel_filters, transfer).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ sys.path.insert(0, str(REPO))
 CHILD = r"""
 import json, os, sys, tempfile
 sys.path.insert(0, sys.argv[1])
-from kevin.evaluation import isolation
-out = {"landlock_abi": isolation.landlock_abi(), "kernel": os.uname().release}
+from kevin.evaluation import isolation, kernel_filters
+out = {"landlock_abi": kernel_filters.landlock_abi(), "kernel": os.uname().release}
 writable = tempfile.mkdtemp()
 out["mount_notes"] = isolation.apply_read_only_mounts([writable])
 try:
@@ -38,7 +38,7 @@ try:
 except OSError:
     out["job_folder_writable"] = False
 out["caps"] = isolation.drop_capabilities() or "dropped"
-out["seccomp"] = isolation.apply_seccomp() or "installed"
+out["seccomp"] = kernel_filters.apply_seccomp() or "installed"
 import torch
 out["cuda_after_layers"] = torch.cuda.is_available() and float(torch.ones(4, device="cuda").sum()) == 4.0
 print(json.dumps(out))
@@ -47,7 +47,7 @@ print(json.dumps(out))
 LANDLOCK = r"""
 import json, os, sys, tempfile
 sys.path.insert(0, sys.argv[1])
-from kevin.evaluation import isolation
+from kevin.evaluation import isolation, kernel_filters
 variant = sys.argv[2]
 work = tempfile.mkdtemp()
 spec = isolation.make_spec(isolation.SandboxConfig(filesystem="on", seccomp="off"), "cuda", work, 0, 600, 0, [])
@@ -61,7 +61,7 @@ extra = {"root": (["/"], ["/"]), "read_all": (["/"], None), "write_all": (None, 
 if variant in extra:
     r, w = extra[variant]
     read, write = r or read, w or write
-abi, notes = isolation.apply_landlock(read, write, spec["device_paths"], False, spec["list_paths"], scoped=variant != "unscoped")
+abi, notes = kernel_filters.apply_landlock(read, write, spec["device_paths"], False, spec["list_paths"], scoped=variant != "unscoped")
 try:
     import torch
     ok = float(torch.ones(4, device="cuda").sum()) == 4.0

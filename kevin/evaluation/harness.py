@@ -108,11 +108,12 @@ def compile_job(job: dict[str, Any], link: Link) -> None:
     """Import the solution so that its extensions are built into the staging folder."""
     from torch.utils import cpp_extension
 
-    from kevin.evaluation.builder import CompileFailure, RequestError, Toolchain
-    from kevin.evaluation.builder import compile_error_lines
+    from kevin.evaluation.build_sources import RequestError
+    from kevin.evaluation.builder import CompileFailure, compile_error_lines
     from kevin.evaluation.config import EvalConfig
     from kevin.evaluation.inline_ext import InlineLoader, RuleFailure
     from kevin.evaluation.rules import load_rules
+    from kevin.evaluation.toolchain import Toolchain
 
     cfg = EvalConfig.from_dict(job["config"])
     loader = InlineLoader("compile", Toolchain.from_dict(job["toolchain"]), cfg.backend, load_rules(cfg.rules),
@@ -247,10 +248,11 @@ class RunJob:
         import torch
         from torch.utils import cpp_extension
 
-        from kevin.evaluation.builder import RequestError, Toolchain
+        from kevin.evaluation.build_sources import RequestError
         from kevin.evaluation.checks import IntegritySnapshot, thread_count
         from kevin.evaluation.inline_ext import InlineLoader, NotBuilt, RuleFailure
         from kevin.evaluation.rules import load_rules
+        from kevin.evaluation.toolchain import Toolchain
 
         self.loader = InlineLoader("run", Toolchain.from_dict(self.job["toolchain"]), self.cfg.backend,
                                    load_rules(self.cfg.rules), Path(self.job["ext_dir"]))

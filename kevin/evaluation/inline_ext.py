@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kevin.evaluation.builder import (CompileFailure, ExtensionRequest, RequestError, Toolchain, build_extension,
-                                      find_library)
+from kevin.evaluation.build_sources import ExtensionRequest, RequestError
+from kevin.evaluation.builder import CompileFailure, build_extension, find_library
 from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits
+from kevin.evaluation.toolchain import Toolchain
 
 
 class RuleFailure(Exception):
@@ -154,7 +155,7 @@ class InlineLoader:
         if not self.requests:
             return RuleHit("inline_kernel_required", "no load_inline call: the compute must be an inline kernel")
         if self.backend == "cuda":
-            from kevin.evaluation.builder import kernel_names
+            from kevin.evaluation.build_sources import kernel_names
 
             if not kernel_names([s for r in self.requests for s in r.cuda_sources]):
                 return RuleHit("inline_kernel_required", "no __global__ CUDA kernel was compiled")

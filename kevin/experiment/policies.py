@@ -115,7 +115,7 @@ class WeightSync:
     """Pushes the trainer's weights to the generation server after an update (``mode`` from ``sync_mode``)."""
 
     def __init__(self, mode: str, policy: Any, config: RunConfig, out_dir: Path):
-        from kevin.policy.openai_backend import FolderSync, FullWeightSync, LoraAdapterSync
+        from kevin.policy.weight_sync import FolderSync, FullWeightSync, LoraAdapterSync
 
         self.mode = mode
         self.root = Path(out_dir) / "served"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kevin.evaluation.builder import (CompileFailure, ExtensionRequest, RequestError, build_extension, fallback_needed,
-                                      find_library, registration)
+from kevin.evaluation.build_sources import ExtensionRequest, RequestError, registration
+from kevin.evaluation.builder import CompileFailure, build_extension, find_library
+from kevin.evaluation.headers import fallback_needed
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
 from kevin.evaluation.symbols import library_hits
@@ -165,7 +166,8 @@ def test_the_narrow_header_takes_the_op_wrappers_without_their_heavy_includes(to
     """torch_lite.h's op headers (ATen/ops/empty.h ...) are replaced by their own inline wrappers and declarations:
     none of the includes they carry (ATen/Context.h, DeviceGuard.h ...) is parsed, yet every allocation function a
     kernel's host code calls is there, taken from the installed torch."""
-    from kevin.evaluation.builder import CUDA_LITE, LITE_HEADER, lite_torch_text
+    from kevin.evaluation.headers import lite_torch_text
+    from kevin.evaluation.toolchain import CUDA_LITE, LITE_HEADER
 
     slim = lite_torch_text(toolchain.include_dirs)
     assert "#include <ATen/ops/empty.h>" in LITE_HEADER.read_text() and "#include <ATen/ops/empty.h>" not in slim
@@ -190,7 +192,7 @@ def test_the_narrow_header_takes_the_op_wrappers_without_their_heavy_includes(to
 def test_nvcc_pre_includes_the_slim_header_once_it_is_written(tmp_path):
     import dataclasses
 
-    from kevin.evaluation.builder import CUDA_LITE, LITE_HEADER, Toolchain
+    from kevin.evaluation.toolchain import CUDA_LITE, LITE_HEADER, Toolchain
 
     tc = Toolchain(backend="cuda", cxx="c++", nvcc="nvcc", std="c++17", include_dirs=(), lib_dirs=(), define_flags=(),
                    nvcc_flags=(), arch_flags=(), torch_version="x", pch_dir=str(tmp_path))

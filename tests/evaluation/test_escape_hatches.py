@@ -70,7 +70,9 @@ def test_cuda_escape_hatches_are_seen_in_nvccs_objects_without_a_gpu(tmp_path, m
     """The cuda candidates of tests/gpu/test_cuda_escape_hatches.py, compiled as the evaluator compiles them (nvcc's
     host object of the .cu, the host unit) and checked here, where there is no GPU to run them: each hostile one is
     refused by the rule the GPU test expects, and no honest one by any."""
-    from kevin.evaluation.builder import MAX_COMPILE_JOBS, ExtensionRequest, Toolchain, compile_objects, prepare_headers
+    from kevin.evaluation.build_sources import ExtensionRequest
+    from kevin.evaluation.builder import MAX_COMPILE_JOBS, compile_objects, prepare_headers
+    from kevin.evaluation.toolchain import Toolchain
     from kevin.evaluation.rules import load_rules, static_hits
     from kevin.evaluation.symbols import library_hits
     from tests.conftest import cuda_solution

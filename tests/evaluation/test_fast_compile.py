@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kevin.evaluation.builder import MAX_COMPILE_JOBS, ExtensionRequest, Toolchain, compile_objects, kernel_names, prepare_headers
+from kevin.evaluation.build_sources import ExtensionRequest, kernel_names
+from kevin.evaluation.builder import MAX_COMPILE_JOBS, compile_objects, prepare_headers
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
 from kevin.evaluation.symbols import library_hits
+from kevin.evaluation.toolchain import Toolchain
 from kevin.tasks import bundled_solutions_dir
 
 

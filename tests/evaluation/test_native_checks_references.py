@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kevin.evaluation.builder import CompileFailure, ExtensionRequest, build_extension
+from kevin.evaluation.build_sources import ExtensionRequest
+from kevin.evaluation.builder import CompileFailure, build_extension
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
 from kevin.evaluation.symbols import library_hits

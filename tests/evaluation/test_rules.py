@@ -198,7 +198,7 @@ def test_flags_that_change_what_is_built_or_loaded_are_rejected(flags):
 
 def test_kernelbench_style_requests_build_with_clean_argument_lists():
     """The request a build gets holds the words only: g++ and nvcc never see an empty argument."""
-    from kevin.evaluation.builder import ExtensionRequest
+    from kevin.evaluation.build_sources import ExtensionRequest
 
     req = ExtensionRequest.from_call({"name": "ext", "functions": ["f"], "cpp_sources": "int f();", "extra_cflags": [""],
                                       "extra_cuda_cflags": ["-O3 --use_fast_math", None], "extra_ldflags": None})

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
-from kevin.evaluation.isolation import CgroupJob, landlock_abi
+from kevin.evaluation.isolation import CgroupJob
+from kevin.evaluation.kernel_filters import landlock_abi
 from tests.conftest import RELU_BODY, cpp_solution
 from tests.evaluation.hostile import COPY_CPU, hostile_by_class
 

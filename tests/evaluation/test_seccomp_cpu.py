@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from kevin.evaluation.isolation import SandboxConfig, make_spec, seccomp_program
+from kevin.evaluation.isolation import SandboxConfig, make_spec
+from kevin.evaluation.kernel_filters import seccomp_program
 
 EPERM_VERDICT = 0x00050001
 ALLOW = 0x7FFF0000
@@ -98,7 +99,7 @@ def test_landlock_auto_is_on_for_both_backends():
 
 PROBE = textwrap.dedent("""
     import ctypes, os, sys, threading
-    from kevin.evaluation.isolation import apply_seccomp
+    from kevin.evaluation.kernel_filters import apply_seccomp
     libc = ctypes.CDLL(None, use_errno=True)
     def call(*args):
         rc = libc.syscall(*[ctypes.c_long(a) for a in args])

@@ -12,8 +12,8 @@ import pytest
 
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
-from kevin.evaluation.symbols import (ElfSymbols, LinkBaseline, aten_op_of, instruction_hits, library_hits, mangled_scope,
-                                      read_elf_symbols, runtime_exports, symbol_hits)
+from kevin.evaluation.elf import ElfSymbols, mangled_scope, read_elf_symbols, runtime_exports
+from kevin.evaluation.symbols import LinkBaseline, aten_op_of, instruction_hits, library_hits, symbol_hits
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
@@ -83,7 +83,7 @@ def test_aten_operators_are_read_from_mangled_names():
     assert aten_op_of("_ZN2at4_ops19empty_memory_format4callEN3c108ArrayRefINS2_6SymIntEEE") == "empty_memory_format"
     assert aten_op_of("_ZN2at4_ops3sum4callERKNS_6TensorESt8optionalIN3c1010ScalarTypeEE") == "sum"
     assert aten_op_of("_ZN3c106detail19torchCheckFailEPKc") is None
-    from kevin.evaluation.symbols import ElfSymbols
+    from kevin.evaluation.elf import ElfSymbols
 
     info = ElfSymbols(undefined=["_ZN2at4_ops19empty_memory_format4callEv", "_ZN2at4_ops8to_dtype4callEv",
                                  "_ZN2at4_ops3sum4callEv", "_ZN2at4_ops14select_scatter4callEv"])
@@ -94,7 +94,7 @@ def test_aten_operators_are_read_from_mangled_names():
 
 
 def test_the_rule_can_be_switched_off():
-    from kevin.evaluation.symbols import ElfSymbols
+    from kevin.evaluation.elf import ElfSymbols
 
     off = load_rules({"native_symbols": {"enabled": False}})["native_symbols"]
     assert symbol_hits(ElfSymbols(undefined=["PyRun_SimpleString"]), off, OPS, "x.so") == []
@@ -283,7 +283,7 @@ def test_without_the_disassembler_there_is_no_evaluation(monkeypatch):
     with pytest.raises(RuntimeError, match="pip install 'capstone"):
         require_disassembler()
     with pytest.raises(RuntimeError, match="capstone"):
-        from kevin.evaluation.builder import Toolchain
+        from kevin.evaluation.toolchain import Toolchain
 
         Toolchain.detect("cpu", "")
     info = ElfSymbols(machine=62, code=[(".text", 0, b"\x90", [])])

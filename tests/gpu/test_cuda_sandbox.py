@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kevin.evaluation import EvalConfig, Evaluator, Status
-from kevin.evaluation.isolation import SandboxConfig, landlock_abi
+from kevin.evaluation.isolation import SandboxConfig
+from kevin.evaluation.kernel_filters import landlock_abi
 from tests.conftest import RELU_CUDA, cuda_solution
 from tests.evaluation.hostile import COPY_CUDA, hostile_by_class
 from tests.evaluation.test_sandbox_cpu import RELAXED, check_contained, check_nothing_escaped, hostile_sources, run_hostile_batch

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from kevin.policy.openai_backend import FolderSync, OpenAIConfig, OpenAIPolicy
+from kevin.policy.openai_backend import OpenAIConfig, OpenAIPolicy
+from kevin.policy.weight_sync import FolderSync
 from tests.tiny_lm import tiny_model, tiny_tokenizer
 
 

@@ -21,16 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from kevin.policy.openai_backend import (
-    FullWeightSync,
-    GenerationError,
-    LoraAdapterSync,
-    OpenAIConfig,
-    OpenAIPolicy,
-    WeightSyncError,
-    parse_response,
-    peft_merged_name,
-)
+from kevin.policy.openai_backend import GenerationError, OpenAIConfig, OpenAIPolicy, parse_response
+from kevin.policy.weight_sync import FullWeightSync, LoraAdapterSync, WeightSyncError, peft_merged_name
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openai") is None,
                                 reason="the openai backend needs the openai client: pip install openai")
