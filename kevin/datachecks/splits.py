@@ -144,22 +144,32 @@ def task_file_facts(entry: "SplitEntry", root: Path) -> dict[str, Any]:
             facts["render_error"] = f"profile {profile!r}: {type(exc).__name__}: {exc}"
             break
 
+    facts.update(_profile_facts(task))
+    return facts
+
+
+def _profile_facts(task: Any) -> dict[str, Any]:
+    """The size-profile columns of ``task_file_facts`` (none when the task declares no profile)."""
+    from kevin.tasks.profiles import read_constants
+
     values = {(p, k): v for p, sizes in task.profiles.items() for k, v in sizes.items()}
-    if values:
-        numeric = {key: v for key, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        facts["profile_numeric"] = len(numeric) == len(values)
-        own = read_constants(task.source)
-        ratios = {key: v / own[key[1]] for key, v in numeric.items()
-                  if isinstance(own.get(key[1]), (int, float)) and not isinstance(own.get(key[1]), bool)
-                  and own[key[1]] > 0}
-        if numeric:
-            facts["profile_min"] = min(numeric.values())
-        if ratios:
-            facts["profile_growth"] = max(ratios.values())
-        notes = [f"{p}.{k}={v!r}" for (p, k), v in values.items() if (p, k) not in numeric]
-        notes += [f"{p}.{k}={v!r} (own {own[k]!r})" for (p, k), v in numeric.items()
-                  if v < 1 or ratios.get((p, k), 0) > 1]
-        facts["profile_note"] = "; ".join(notes)
+    if not values:
+        return {}
+    facts: dict[str, Any] = {}
+    numeric = {key: v for key, v in values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    facts["profile_numeric"] = len(numeric) == len(values)
+    own = read_constants(task.source)
+    ratios = {key: v / own[key[1]] for key, v in numeric.items()
+              if isinstance(own.get(key[1]), (int, float)) and not isinstance(own.get(key[1]), bool)
+              and own[key[1]] > 0}
+    if numeric:
+        facts["profile_min"] = min(numeric.values())
+    if ratios:
+        facts["profile_growth"] = max(ratios.values())
+    notes = [f"{p}.{k}={v!r}" for (p, k), v in values.items() if (p, k) not in numeric]
+    notes += [f"{p}.{k}={v!r} (own {own[k]!r})" for (p, k), v in numeric.items()
+              if v < 1 or ratios.get((p, k), 0) > 1]
+    facts["profile_note"] = "; ".join(notes)
     return facts
 
 

@@ -173,58 +173,35 @@ def decode_static(model: Any, ids: torch.Tensor, mask: torch.Tensor, *, max_new:
     sample, the passes only keep the processes in step. ``step_forward``: the decode steps' model call, when
     it differs from the prefill's (a compiled one); ``use_graph``: capture the decode step (CUDA only).
     """
-    device = ids.device
-    n, width = ids.shape
+    (n, width), device, dtype = ids.shape, ids.device, mask_dtype(model)
     length = -(-(width + max_new - 1) // CACHE_ALIGN) * CACHE_ALIGN
-    dtype = mask_dtype(model)
     cache = _new_cache(model, length, autocast_store_dtype(device))
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # real tokens numbered 0, 1, ... as in a single-prompt pass
     key_ok = torch.ones((n, length), dtype=torch.bool, device=device)
     key_ok[:, :width] = mask.bool()
 
-    # Prefill, in chunks of queries (the cache advances its own write position by each chunk).
-    chunk = max(1, min(width, MASK_ELEMENTS // max(1, n * length)))
-    out = None
-    for start in range(0, width, chunk):
-        end = min(width, start + chunk)
-        out = forward(model, input_ids=ids[:, start:end], attention_mask=prefill_masks(key_ok, start, end, dtype),
-                      position_ids=positions[:, start:end], use_cache=True, **{cache_kw: cache})
-    logits = out.logits[:, -1, :]
-    del out
+    logits = _prefill(model, ids, key_ok, positions, forward=forward, cache=cache, cache_kw=cache_kw, dtype=dtype)
 
-    # The decode step's inputs live in fixed buffers, so a captured graph reads them where they are.
-    step_ids = torch.full((n, 1), pad_id, dtype=torch.long, device=device)
-    step_pos = positions[:, -1:] + 1  # [B, 1]
-    step_mask = _as_mask((key_ok & (torch.arange(length, device=device) < width)[None]).view(n, 1, 1, length), dtype)
+    step_ids, step_pos, step_mask = _step_inputs(key_ok, positions, width, pad_id, dtype)
     unmask = True if dtype == torch.bool else 0.0
-
     step_call = step_forward or forward
 
     def step() -> torch.Tensor:
         res = step_call(model, input_ids=step_ids, attention_mask=step_mask, position_ids=step_pos, use_cache=True,
-                      **{cache_kw: cache})
+                        **{cache_kw: cache})
         return res.logits[:, -1, :]
 
-    tokens = torch.full((n, max_new), pad_id, dtype=torch.long, device=device)  # [B, N]
-    logps = torch.zeros((n, max_new), dtype=torch.float32, device=device)  # [B, N]
-    lengths = torch.full((n,), max_new, dtype=torch.long, device=device)  # [B]
-    finished = torch.full((n,), idle, dtype=torch.bool, device=device)  # [B]
-    pad_row = torch.full((n,), pad_id, dtype=torch.long, device=device)
+    drawn = _Draws.empty(n, max_new, pad_id, idle, device)
     all_finished = idle
     graph = graph_out = None
     steps = 0
     for t in range(max_new):
         if all_finished:  # only when synced: wait for the other processes without sampling
-            tok = pad_row
+            tok = drawn.pad_row
         else:
-            tok, lp = pick(logits.float())
-            tok = torch.where(finished, pad_row, tok)
-            tokens[:, t], logps[:, t] = tok, lp
-            ended = ~finished & torch.isin(tok, eos)
-            lengths = torch.where(ended, t + 1, lengths)
-            finished = finished | ended
+            tok = drawn.record(t, *pick(logits.float()), eos)
         if (t + 1) % check_every == 0 or t + 1 == max_new:
-            all_finished = bool(finished.all())  # the host sync, once per check_every tokens
+            all_finished = bool(drawn.finished.all())  # the host sync, once per check_every tokens
             done = agree_done(all_finished) if synced and agree_done is not None else all_finished
             if done:
                 break
@@ -241,7 +218,63 @@ def decode_static(model: Any, ids: torch.Tensor, mask: torch.Tensor, *, max_new:
                 graph, graph_out = _capture(step)
         step_pos += 1
         steps += 1
-    return DecodeResult(tokens, logps, lengths, finished, steps, graph is not None)
+    return DecodeResult(drawn.tokens, drawn.logps, drawn.lengths, drawn.finished, steps, graph is not None)
+
+
+@dataclass
+class _Draws:
+    """What the decode loop has sampled so far, in buffers of the whole length: tokens and log-probs [B, N],
+    each row's length [B] (N until it ends) and whether it has ended [B]."""
+
+    tokens: torch.Tensor
+    logps: torch.Tensor
+    lengths: torch.Tensor
+    finished: torch.Tensor
+    pad_row: torch.Tensor
+    """[B] of the pad id: what an ended row feeds."""
+
+    @classmethod
+    def empty(cls, n: int, max_new: int, pad_id: int, idle: bool, device: torch.device) -> _Draws:
+        return cls(tokens=torch.full((n, max_new), pad_id, dtype=torch.long, device=device),
+                   logps=torch.zeros((n, max_new), dtype=torch.float32, device=device),
+                   lengths=torch.full((n,), max_new, dtype=torch.long, device=device),
+                   finished=torch.full((n,), idle, dtype=torch.bool, device=device),
+                   pad_row=torch.full((n,), pad_id, dtype=torch.long, device=device))
+
+    def record(self, t: int, tok: torch.Tensor, lp: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+        """Store position ``t``'s draws (an ended row gets the pad id) and end the rows that drew an end token;
+        returns the tokens to feed next."""
+        tok = torch.where(self.finished, self.pad_row, tok)
+        self.tokens[:, t], self.logps[:, t] = tok, lp
+        ended = ~self.finished & torch.isin(tok, eos)
+        self.lengths = torch.where(ended, t + 1, self.lengths)
+        self.finished = self.finished | ended
+        return tok
+
+
+def _step_inputs(key_ok: torch.Tensor, positions: torch.Tensor, width: int, pad_id: int,
+                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The decode step's inputs, in fixed buffers so that a captured graph reads them where they are: the fed
+    token [B, 1], its position [B, 1] and the attention mask [B, 1, 1, L] (the prompts' real tokens open)."""
+    n, length = key_ok.shape
+    step_ids = torch.full((n, 1), pad_id, dtype=torch.long, device=key_ok.device)
+    step_pos = positions[:, -1:] + 1
+    open_keys = key_ok & (torch.arange(length, device=key_ok.device) < width)[None]
+    return step_ids, step_pos, _as_mask(open_keys.view(n, 1, 1, length), dtype)
+
+
+def _prefill(model: Any, ids: torch.Tensor, key_ok: torch.Tensor, positions: torch.Tensor, *, forward: Callable,
+             cache: Any, cache_kw: str, dtype: torch.dtype) -> torch.Tensor:
+    """Run the prompts [B, P] into the static cache, in chunks of queries small enough for their [B, 1, q, L]
+    masks (the cache advances its own write position by each chunk); the last position's logits [B, V]."""
+    n, width = ids.shape
+    chunk = max(1, min(width, MASK_ELEMENTS // max(1, n * key_ok.shape[1])))
+    out = None
+    for start in range(0, width, chunk):
+        end = min(width, start + chunk)
+        out = forward(model, input_ids=ids[:, start:end], attention_mask=prefill_masks(key_ok, start, end, dtype),
+                      position_ids=positions[:, start:end], use_cache=True, **{cache_kw: cache})
+    return out.logits[:, -1, :]
 
 
 def _capture(step: Callable[[], torch.Tensor]) -> tuple[Any, Any]:

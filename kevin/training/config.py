@@ -138,6 +138,12 @@ class TrainConfig(Settings):
         if limit is not None and (not positive_int(limit) or limit < self.loss.max_completion_length):
             raise ValueError(f"train.max_response_tokens must be a number of tokens >= loss.max_completion_length "
                              f"({self.loss.max_completion_length}; the limit can only be raised), or null, got {limit!r}")
+        self._check_optimiser()
+        self._check_model_settings()
+        self._check_placement()
+
+    def _check_optimiser(self) -> None:
+        """The learning rate, its schedule, AdamW and the gradient clip."""
         if not finite_number(self.lr) or self.lr <= 0:
             raise ValueError(f"train.lr must be a positive number such as 2.0e-6, got {self.lr!r}")
         if not finite_number(self.warmup_ratio) or not 0 <= self.warmup_ratio < 1:
@@ -156,6 +162,9 @@ class TrainConfig(Settings):
             raise ValueError(f"train.adam_eps must be a positive number such as 1.0e-8, got {self.adam_eps!r}")
         if not finite_number(self.max_grad_norm) or self.max_grad_norm <= 0:
             raise ValueError(f"train.max_grad_norm must be a positive number (the paper: 0.05), got {self.max_grad_norm!r}")
+
+    def _check_model_settings(self) -> None:
+        """The temperature, the LoRA adapter, the dtype, the switches and the seed."""
         if not finite_number(self.temperature) or self.temperature <= 0:
             raise ValueError(f"train.temperature must be > 0 and equal to the sampling temperature (greedy "
                              f"decoding is not a policy to train), got {self.temperature!r}")
@@ -176,6 +185,9 @@ class TrainConfig(Settings):
                 raise ValueError(f"train.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"train.seed must be a non-negative integer, got {self.seed!r}")
+
+    def _check_placement(self) -> None:
+        """Where the model lives: DeepSpeed ZeRO (with what it may not be combined) and the device."""
         if self.zero_stage is not None and (isinstance(self.zero_stage, bool) or self.zero_stage not in (0, 3)):
             raise ValueError(f"train.zero_stage must be 0, 3 or null (from the launcher), got {self.zero_stage!r}")
         if not isinstance(self.zero_options, dict) or not all(isinstance(k, str) for k in self.zero_options):

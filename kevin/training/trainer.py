@@ -230,13 +230,7 @@ class GRPOTrainer:
             cur = self._logprobs(self.model, batch, with_entropy=True)
             logp, mask = cur.logprobs, cur.mask  # [b, T] float32, [b, T] bool
             width = logp.shape[1]
-            old = torch.zeros_like(logp)
-            for row, i in enumerate(chunk):
-                n = len(samples[i].completion_token_ids)
-                if i not in old_logprobs:
-                    old_logprobs[i] = logp[row, :n].detach().clone()
-                    self._compare_rollout(samples[i], old_logprobs[i], totals)
-                old[row, :n] = old_logprobs[i].to(old.device)
+            old = self._old_logprobs(samples, chunk, logp, old_logprobs, totals)
             adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logp.device)  # [b]
             ref = self._reference_logprobs(batch)[:, :width] if cfg.loss.needs_reference else None
             loss, metrics = policy_loss(logp, old, adv, mask, cfg.loss, logp_ref=ref, num_sequences=num_sequences,
@@ -254,15 +248,21 @@ class GRPOTrainer:
         self.passes = passes
         if self.world_size > 1:
             totals = self._sum_totals(totals)
-        out = {"loss": totals.loss, "pg_loss": totals.pg_loss, "sequences": num_sequences, "tokens": num_tokens,
-               "trained_sequences": float(len(active)), "on_policy": float(on_policy),
-               "entropy": totals.entropy / totals.tokens if totals.tokens else 0.0,
-               "processed_tokens": totals.processed}
-        for key, value in (totals.weighted or {}).items():
-            out[key] = value / totals.tokens if totals.tokens else 0.0
-        if totals.rollout_tokens:
-            out["rollout_logprob_diff"] = totals.rollout_diff / totals.rollout_tokens
-        return out
+        return _step_metrics(totals, num_sequences, num_tokens, trained=len(active), on_policy=on_policy)
+
+    def _old_logprobs(self, samples: Sequence[TrainingSample], chunk: Sequence[int], logp: torch.Tensor,
+                      old_logprobs: dict[int, torch.Tensor], totals: _StepTotals) -> torch.Tensor:
+        """The behaviour policy's log-probs of a micro-batch, [b, T] like ``logp``: the stored ones, or for a sample
+        seen for the first time this step its current ones (on-policy), stored for the later optimiser steps and
+        compared with what the rollout recorded."""
+        old = torch.zeros_like(logp)
+        for row, i in enumerate(chunk):
+            n = len(samples[i].completion_token_ids)
+            if i not in old_logprobs:
+                old_logprobs[i] = logp[row, :n].detach().clone()
+                self._compare_rollout(samples[i], old_logprobs[i], totals)
+            old[row, :n] = old_logprobs[i].to(old.device)
+        return old
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.engine is not None:
@@ -409,3 +409,17 @@ def _grad_norm(params: Sequence[torch.Tensor]) -> float:
     if not grads:
         return 0.0
     return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])))
+
+
+def _step_metrics(totals: _StepTotals, num_sequences: float, num_tokens: float, *, trained: int,
+                  on_policy: bool) -> dict[str, float]:
+    """The loss metrics ``accumulate_gradients`` returns: sums over the step, token-weighted means per token."""
+    out = {"loss": totals.loss, "pg_loss": totals.pg_loss, "sequences": num_sequences, "tokens": num_tokens,
+           "trained_sequences": float(trained), "on_policy": float(on_policy),
+           "entropy": totals.entropy / totals.tokens if totals.tokens else 0.0,
+           "processed_tokens": totals.processed}
+    for key, value in (totals.weighted or {}).items():
+        out[key] = value / totals.tokens if totals.tokens else 0.0
+    if totals.rollout_tokens:
+        out["rollout_logprob_diff"] = totals.rollout_diff / totals.rollout_tokens
+    return out
