@@ -45,6 +45,23 @@ def tag_flow_run(tag: str) -> None:
         client.update_flow_run(context.flow_run.id, tags=tags)
 
 
+COUNTED_FROM_ONE = ("step", "turn", "wave")
+"""Task parameters that index files from 0 but that users count from 1 (progress lines, artifacts, MLflow)."""
+
+
+def one_based_name(template: str) -> Callable[..., str]:
+    """A ``task_run_name`` for Prefect: ``template`` formatted with the task's parameters, ``step``, ``turn`` and
+    ``wave`` counted from 1, so "generate-1-turn-2-wave-1" in the UI is the first step's second turn, as the report
+    and MLflow (``turn_2``) call it. Prefect passes the parameters to a callable that takes ``parameters``."""
+
+    def name(parameters: dict[str, Any]) -> str:
+        shown = {k: v + 1 if k in COUNTED_FROM_ONE and isinstance(v, int) and not isinstance(v, bool) else v
+                 for k, v in parameters.items()}
+        return template.format(**shown)
+
+    return name
+
+
 def artifact_key(*parts: str) -> str:
     """A Prefect artifact key made of ``parts``: Prefect takes lowercase letters, digits and dashes only."""
     return re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")

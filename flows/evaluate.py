@@ -24,7 +24,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
-from flows.common import RESUMED_TAG, artifact_key, project_logs_in_flow_run, run_key, run_name, tag_flow_run, transient
+from flows.common import (RESUMED_TAG, artifact_key, one_based_name, project_logs_in_flow_run, run_key, run_name,
+                          tag_flow_run, transient)
 from kevin.config import RunConfig
 from kevin.experiment.evaluate import EvaluationRun
 from kevin.experiment.progress import LogProgress, Progress
@@ -65,7 +66,7 @@ def _flow_run_name() -> str:
 # connection): nothing is written until the turn is generated, so a second attempt starts clean.
 
 
-@task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{rollout}-turn-{turn}",
+@task(name="generate", cache_policy=NO_CACHE, task_run_name=one_based_name("generate-{rollout}-turn-{turn}"),
       retry_condition_fn=transient)
 def generate(run: EvaluationRun, rollout: str, turn: int) -> str | None:
     path = run.generate(rollout, turn)
@@ -73,19 +74,19 @@ def generate(run: EvaluationRun, rollout: str, turn: int) -> str | None:
 
 
 # No retry: a pure function of the generated file.
-@task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{rollout}-turn-{turn}")
+@task(name="parse", cache_policy=NO_CACHE, task_run_name=one_based_name("parse-{rollout}-turn-{turn}"))
 def parse(run: EvaluationRun, rollout: str, turn: int, generated: str) -> str:
     return str(run.parse(rollout, turn))
 
 
 # No retry: a verdict is the result, not a failure; the evaluator retries a candidate whose worker died itself.
-@task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{rollout}-turn-{turn}")
+@task(name="evaluate", cache_policy=NO_CACHE, task_run_name=one_based_name("evaluate-{rollout}-turn-{turn}"))
 def judge(run: EvaluationRun, rollout: str, turn: int, parsed: str) -> str:
     return str(run.evaluate(rollout, turn))
 
 
 # No retry: the beam's choice is computed from the judged turn; deterministic.
-@task(name="select", cache_policy=NO_CACHE, task_run_name="select-{rollout}-turn-{turn}")
+@task(name="select", cache_policy=NO_CACHE, task_run_name=one_based_name("select-{rollout}-turn-{turn}"))
 def select(run: EvaluationRun, rollout: str, turn: int, turn_file: str) -> str | None:
     path = run.select(rollout, turn)
     return str(path) if path is not None else None

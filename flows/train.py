@@ -37,7 +37,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.states import Completed
 from prefect.tasks import exponential_backoff
 
-from flows.common import RESUMED_TAG, artifact_key, project_logs_in_flow_run, run_key, run_name, tag_flow_run, transient
+from flows.common import (RESUMED_TAG, artifact_key, one_based_name, project_logs_in_flow_run, run_key, run_name,
+                          tag_flow_run, transient)
 from kevin.config import RunConfig
 from kevin.experiment.progress import LogProgress, Progress
 from kevin.experiment.run import TrainingRun, existing_run
@@ -73,7 +74,7 @@ def _artifact_key(name: str, run: str, step: int) -> str:
 
 # No retry: drawing advances the task sampler, so a second attempt would draw the next batch (and refuse it
 # against batch.json); what fails here is a setting or the split, which a retry does not change.
-@task(name="sample-batch", cache_policy=NO_CACHE, task_run_name="sample-batch-{step}")
+@task(name="sample-batch", cache_policy=NO_CACHE, task_run_name=one_based_name("sample-batch-{step}"))
 def sample_batch(run: TrainingRun, step: int) -> str:
     return str(run.sample_batch(step))
 
@@ -81,7 +82,8 @@ def sample_batch(run: TrainingRun, step: int) -> str:
 # Retried (experiment.generation_retries, exponential backoff) on failures that pass, a generation server that
 # timed out or refused the connection (``transient``): nothing is written until the whole turn is generated, so
 # a second attempt starts clean. A bad prompt or a code error is not retried.
-@task(name="generate", cache_policy=NO_CACHE, task_run_name="generate-{step}-turn-{turn}-wave-{wave}",
+@task(name="generate", cache_policy=NO_CACHE,
+      task_run_name=one_based_name("generate-{step}-turn-{turn}-wave-{wave}"),
       retry_condition_fn=transient)
 def generate(run: TrainingRun, step: int, turn: int, wave: int) -> str | None:
     path = run.generate(step, turn, wave)
@@ -89,20 +91,22 @@ def generate(run: TrainingRun, step: int, turn: int, wave: int) -> str | None:
 
 
 # No retry: parsing is a pure function of the generated file; it would fail the same way again.
-@task(name="parse", cache_policy=NO_CACHE, task_run_name="parse-{step}-turn-{turn}-wave-{wave}")
+@task(name="parse", cache_policy=NO_CACHE, task_run_name=one_based_name("parse-{step}-turn-{turn}-wave-{wave}"))
 def parse(run: TrainingRun, step: int, turn: int, wave: int) -> str:
     return str(run.parse(step, turn, wave))
 
 
 # No retry: a kernel's verdict (compile error, wrong output, timing) is the result, not a failure; the evaluator
 # retries a candidate whose worker died itself (cluster.max_attempts), and verdicts on disk are kept by a resume.
-@task(name="evaluate", cache_policy=NO_CACHE, task_run_name="evaluate-{step}-turn-{turn}-wave-{wave}")
+@task(name="evaluate", cache_policy=NO_CACHE,
+      task_run_name=one_based_name("evaluate-{step}-turn-{turn}-wave-{wave}"))
 def evaluate(run: TrainingRun, step: int, turn: int, wave: int, parsed: str) -> str:
     return str(run.evaluate(step, turn, wave))
 
 
 # No retry: returns and advantages are computed from the turn files; deterministic.
-@task(name="aggregate-rewards", cache_policy=NO_CACHE, task_run_name="aggregate-rewards-{step}")
+@task(name="aggregate-rewards", cache_policy=NO_CACHE,
+      task_run_name=one_based_name("aggregate-rewards-{step}"))
 def aggregate(run: TrainingRun, step: int, turn_files: list[str]) -> str:
     return str(run.aggregate(step))
 
@@ -110,20 +114,20 @@ def aggregate(run: TrainingRun, step: int, turn_files: list[str]) -> str:
 # No retry: the update changes the weights and the optimiser in memory as it goes; a second attempt after a
 # failure (or a timeout) part-way would train on top of a partial update. Only a resume, which restores the last
 # checkpoint first, redoes it correctly.
-@task(name="grpo-update", cache_policy=NO_CACHE, task_run_name="grpo-update-{step}")
+@task(name="grpo-update", cache_policy=NO_CACHE, task_run_name=one_based_name("grpo-update-{step}"))
 def update(run: TrainingRun, step: int, samples: str) -> str:
     return str(run.update(step))
 
 
 # No retry: the monitor keeps streaks across steps; observing the step twice would count it twice (and emit
 # its alerts twice).
-@task(name="collapse-check", cache_policy=NO_CACHE, task_run_name="collapse-check-{step}")
+@task(name="collapse-check", cache_policy=NO_CACHE, task_run_name=one_based_name("collapse-check-{step}"))
 def check_collapse(run: TrainingRun, step: int, update_file: str) -> str:
     return str(run.check_collapse(step))
 
 
 # No retry: what fails a save (a full disk, a permission) does not pass in seconds; the previous checkpoint stays.
-@task(name="checkpoint", cache_policy=NO_CACHE, task_run_name="checkpoint-{step}")
+@task(name="checkpoint", cache_policy=NO_CACHE, task_run_name=one_based_name("checkpoint-{step}"))
 def checkpoint(run: TrainingRun, step: int, monitor_file: str) -> str | None:
     path = run.checkpoint(step)
     return str(path) if path is not None else None
@@ -132,14 +136,14 @@ def checkpoint(run: TrainingRun, step: int, monitor_file: str) -> str | None:
 # No retry: an NCCL transfer (policy.weight_sync full) broken part-way leaves the group in an unknown state, where a
 # second attempt can hang; a server that refuses a LoRA or folder push is down or misconfigured (no --enable-lora),
 # which seconds do not fix. A resume pushes the checkpoint's weights again before it generates.
-@task(name="sync-weights", cache_policy=NO_CACHE, task_run_name="sync-weights-{step}")
+@task(name="sync-weights", cache_policy=NO_CACHE, task_run_name=one_based_name("sync-weights-{step}"))
 def sync_weights(run: TrainingRun, step: int, checkpoint_dir: str | None) -> str:
     return run.sync_weights(step)
 
 
 # No retry: a second attempt after a failure part-way could log the step's metrics to MLflow twice; a resume logs a
 # step whose tracking did not finish (``TrainingRun._catch_up_tracking``).
-@task(name="track", cache_policy=NO_CACHE, task_run_name="track-{step}")
+@task(name="track", cache_policy=NO_CACHE, task_run_name=one_based_name("track-{step}"))
 def track(run: TrainingRun, step: int, monitor_file: str) -> str:
     report = run.track(step)
     create_markdown_artifact(key=_artifact_key(run.name, run_key(run.mlflow), step),

@@ -106,11 +106,12 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
         flow_run = client.read_flow_run(state.state_details.flow_run_id)
         assert flow_run.name == "straight"
         names = {t.name for t in client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))}
-        for step in (0, 1):
+        for step in (1, 2):  # counted from 1 in the UI, as in the report and MLflow
             expected = {f"sample-batch-{step}", f"aggregate-rewards-{step}", f"grpo-update-{step}",
                         f"collapse-check-{step}", f"checkpoint-{step}", f"sync-weights-{step}", f"track-{step}"}
-            expected |= {f"{stage}-{step}-turn-{turn}-wave-0" for stage in ("generate", "parse", "evaluate") for turn in (0, 1)}
+            expected |= {f"{stage}-{step}-turn-{turn}-wave-1" for stage in ("generate", "parse", "evaluate") for turn in (1, 2)}
             assert expected <= names
+        assert not any(n.startswith("sample-batch-0") for n in names)
         assert flow_run.tags == []  # a fresh run: not tagged resumed
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(like_="straight-")))
     # Keyed by the run (8 characters of its MLflow run id) and the step as users count it, from 1.
@@ -286,8 +287,8 @@ def test_waves_judge_one_wave_while_the_next_generates_and_change_nothing_else(u
     with get_client(sync_client=True) as client:
         names = {t.name for t in client.read_task_runs(
             flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))}
-    assert {f"{stage}-0-turn-{turn}-wave-{wave}" for stage in ("generate", "parse", "evaluate")
-            for turn in (0, 1) for wave in (0, 1)} <= names
+    assert {f"{stage}-1-turn-{turn}-wave-{wave}" for stage in ("generate", "parse", "evaluate")
+            for turn in (1, 2) for wave in (1, 2)} <= names
 
 
 def test_a_run_through_transformers_serve_syncs_the_weights_after_each_update(harness, model_dirs, split_file,
