@@ -31,7 +31,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -39,10 +39,16 @@ from kevin.analysis.beam import BeamConfig
 from kevin.analysis.metrics import AnalysisConfig, RunReport
 from kevin.analysis.tables import csv_text
 from kevin.config import RunConfig
+from kevin.experiment.interfaces import close_all
 from kevin.experiment.progress import Progress
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.rollout.stages import TurnStages, generated_path, parents_path
 from kevin.tasks.task import Task
+
+if TYPE_CHECKING:
+    from kevin.evaluation.cluster import BatchEvaluator
+    from kevin.policy.protocol import Policy
+    from kevin.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +125,7 @@ def checkpoint_step(checkpoint: Path | None) -> int | None:
     return int(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))["step"])
 
 
-def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Any, Any]:
+def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Policy, Any]:
     """(policy, tokenizer) that generates the evaluation's responses: the checkpoint's model in-process, else the
     ``policy`` section's model (embedded, an HF folder or hub id in-process, or an OpenAI-compatible server)."""
     import torch
@@ -268,13 +274,13 @@ class EvaluationRun:
         self.identity: dict[str, Any] = {}
         self.calls = {"generations": 0, "evaluations": 0}
         """Batches handed to the model and kernels handed to the evaluator by this process (resume shows 0)."""
-        self.tracker: Any = None
+        self.tracker: Tracker | None = None
         self.mlflow: dict[str, str] = {}
         self._stages: dict[str, TurnStages] = {}
-        self._generator: Any = None
+        self._generator: Policy | None = None
         self._tokenizer: Any = None
-        self._policies: dict[str, Any] = {}
-        self._evaluator: Any = None
+        self._policies: dict[str, Policy] = {}
+        self._evaluator: BatchEvaluator | None = None
 
     # ------------------------------------------------------------------------------------------ set-up
 
@@ -382,7 +388,7 @@ class EvaluationRun:
             self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
                            "ui": f"mlflow ui --backend-store-uri {uri}"}
 
-    def _policy(self, plan: RolloutPlan) -> Any:
+    def _policy(self, plan: RolloutPlan) -> Policy:
         """The generator for ``plan`` (loaded at the first generation; ``policy.wrap`` applied per rollout size)."""
         from kevin.experiment.policies import resolve_wrap
 
@@ -402,7 +408,7 @@ class EvaluationRun:
         return self._policies[plan.name]
 
     @property
-    def evaluator(self) -> Any:
+    def evaluator(self) -> BatchEvaluator:
         """The batch evaluator, started at the first kernel to judge."""
         if self._evaluator is None:
             from kevin.evaluation.cluster import batch_evaluator
@@ -547,13 +553,7 @@ class EvaluationRun:
             if self.tracker is not None:
                 self.tracker.__exit__(type(error) if error else None, error, None)
         finally:
-            for thing in (self._evaluator, self._generator):
-                closer = getattr(thing, "close", None)
-                if closer is not None:
-                    try:
-                        closer()
-                    except Exception:  # one failing close must not keep the other open
-                        log.exception("closing %s failed", type(thing).__name__)
+            close_all(self._evaluator, self._generator)
 
 
 def _nothing_to_generate(prompts: Any) -> Any:

@@ -40,11 +40,12 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import yaml
 
 from kevin.config import RunConfig
+from kevin.experiment.interfaces import close_all, takes_concurrent_batches
 from kevin.experiment.progress import Progress
 from kevin.experiment.report import (
     ROLLOUT_PHASES,
@@ -56,11 +57,20 @@ from kevin.experiment.report import (
     turn_rows,
     verdict_counts,
 )
+from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
 from kevin.rollout.stages import TurnStages, generated_path
 from kevin.rollout.waves import wave_slots
 from kevin.tasks.task import Task
+
+if TYPE_CHECKING:  # the types of the live objects; their modules load torch, MLflow or Ray, so only when built
+    from kevin.evaluation.cluster import BatchEvaluator
+    from kevin.experiment.policies import WeightSync
+    from kevin.monitor import CollapseMonitor
+    from kevin.tasks.sampler import TaskSampler
+    from kevin.tracking import Tracker
+    from kevin.training.trainer import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
@@ -166,14 +176,15 @@ class TrainingRun:
         self._step_began: float | None = None
         self._slowest_step = 0.0
         self.tasks: dict[str, Task] = {}
-        self.sampler: Any = None
-        self.trainer: Any = None
-        self.tokenizer: Any = None
-        self.policy: Any = None
-        self.weight_sync: Any = None
-        self.evaluator: Any = None
-        self.monitor: Any = None
-        self.tracker: Any = None
+        # The live objects, built by open(); None until then.
+        self.sampler: TaskSampler = None  # type: ignore[assignment]
+        self.trainer: GRPOTrainer = None  # type: ignore[assignment]
+        self.tokenizer: Any = None  # a transformers tokenizer (no narrower type is named for one)
+        self.policy: Policy = None  # type: ignore[assignment]
+        self.weight_sync: WeightSync | None = None
+        self.evaluator: BatchEvaluator = None  # type: ignore[assignment]
+        self.monitor: CollapseMonitor = None  # type: ignore[assignment]
+        self.tracker: Tracker | None = None
         self.mlflow: dict[str, str] = {}
         self.waves = config.experiment.rollout_waves
         self._stages: dict[tuple[int, int], TurnStages] = {}
@@ -211,6 +222,10 @@ class TrainingRun:
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
         if cfg.policy.wrap:
             self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
+            if not isinstance(self.policy, Policy):  # checked now, not at the first checkpoint
+                raise TypeError(f"policy.wrap {cfg.policy.wrap} returned a {type(self.policy).__name__}, which is not a "
+                                "kevin.policy.protocol.Policy (state_dict, load_state_dict, close, max_response_tokens, "
+                                "set_max_response_tokens, config)")
         self.evaluator = batch_evaluator(cfg.evaluation, cfg.cluster)
         if self.waves > 1 and cfg.backend == "cpu" and cfg.policy.backend != "openai":
             log.warning("experiment.rollout_waves=%d on the cpu backend: a wave's timed runs share the cores with the "
@@ -327,24 +342,20 @@ class TrainingRun:
     def _save_policy_state(self, path: Path) -> None:
         import torch
 
-        state = getattr(self.policy, "state_dict", None)
-        if state is None:
-            return
         tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(state(), tmp)
+        torch.save(self.policy.state_dict(), tmp)
         os.replace(tmp, path)
 
-    def _load_policy_state(self, state: Any) -> None:
-        load = getattr(self.policy, "load_state_dict", None)
-        if state is not None and load is not None:
-            load(state)
+    def _load_policy_state(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.policy.load_state_dict(state)
 
     # ------------------------------------------------------------------------------------------ the steps
 
     def sample_batch(self, step: int) -> Path:
         """Draw the step's tasks (``batch.json``; a redone step must draw the tasks it drew before) and set the
         step's response length limit on the policy."""
-        from kevin.training.step import check_policy
+        from kevin.training.step import apply_response_limit
 
         self._step_began = time.monotonic()
         path = self._dir(step) / "batch.json"
@@ -361,10 +372,7 @@ class TrainingRun:
                                      f"experiment.rollout_waves={self.waves}; resume with the setting it started with")
             else:
                 _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
-            setter = getattr(self.policy, "set_max_response_tokens", None)
-            if setter is not None:
-                setter(self.config.response_tokens_at(step))
-            check_policy(self.policy, self.trainer)
+            apply_response_limit(self.policy, self.trainer, self.config.response_tokens_at(step))
         self.progress.step_started(step, self.steps, batch)
         return path
 
@@ -413,7 +421,7 @@ class TrainingRun:
         if not total:
             return stages.evaluate(turn, self.evaluator.evaluate_many)
         label = self._label(turn, wave)
-        one_at_a_time = self._evaluations if not getattr(self.evaluator, "concurrent_batches", False) else None
+        one_at_a_time = None if takes_concurrent_batches(self.evaluator) else self._evaluations
         if one_at_a_time is not None:
             one_at_a_time.acquire()
         self.progress.evaluation_started(step, label, total)
@@ -494,9 +502,8 @@ class TrainingRun:
         if not due:
             return None
         with self._timed(step, "checkpoint"):
-            state = getattr(self.policy, "state_dict", None)
             extra = {"sampler": self.sampler.state_dict(), "monitor": self.monitor.state_dict(),
-                     "policy": state() if state is not None else None, "stop_reason": self.stop_reason}
+                     "policy": self.policy.state_dict(), "stop_reason": self.stop_reason}
             path = self.trainer.save_checkpoint(self.out_dir / CHECKPOINTS_DIR, step, extra=extra)
         self.progress.phase(step, f"checkpoint: {path}")
         return path
@@ -574,13 +581,7 @@ class TrainingRun:
             if self.tracker is not None:
                 self.tracker.__exit__(type(error) if error else None, error, None)
         finally:
-            for thing in (self.evaluator, self.weight_sync, self.policy):
-                closer = getattr(thing, "close", None)
-                if closer is not None:
-                    try:
-                        closer()
-                    except Exception:  # one failing close must not keep the others open
-                        log.exception("closing %s failed", type(thing).__name__)
+            close_all(self.evaluator, self.weight_sync, self.policy)
 
     def done(self, step: int) -> bool:
         """Whether the run ends before ``step`` (it stopped, paused, or ran every step)."""

@@ -24,10 +24,11 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from kevin.records.evaluation import Candidate, EvalResult
-from kevin.records.generation import GenerationOut, Prompt
+from kevin.policy.protocol import Generate
+from kevin.records.generation import GenerationOut
 from kevin.records.jsonl import atomic_write_text
 from kevin.records.rollout import Trajectory, Turn, group_trajectories, load_turns, save_turns
 from kevin.records.verdicts import feedback_line, parse_error_verdict
@@ -43,12 +44,6 @@ FORMAT_VERSION = 1
 
 RESUME_MAY_CHANGE = frozenset({"show_progress"})
 """RolloutConfig fields a resume may change: they alter nothing that a turn records."""
-
-
-class Generate(Protocol):
-    """A policy backend: one response per prompt, in order (``kevin.policy``'s backends, or a test's fake)."""
-
-    def __call__(self, prompts: list[Prompt]) -> list[GenerationOut]: ...
 
 
 Evaluate = Callable[[list[tuple[Task, Candidate]]], list[EvalResult]]
