@@ -18,6 +18,9 @@
 ``flows/train.py`` runs each method as a Prefect task and passes the paths they return. The methods do the work
 and keep the run's state; none of them knows about Prefect.
 
+The run is split along its seams: ``track``, ``result`` and the MLflow run are ``RunTracking``'s
+(``run_tracking.py``), the folder layout and JSON helpers are ``files.py``, the task selection ``splits.py``.
+
 Waves (``experiment.rollout_waves`` W > 1): the step's trajectories are cut into W waves (``kevin/rollout/waves.py``),
 each a rollout folder of its own (``rollout/wave_K``), and a wave's parse and evaluation run beside the next wave's
 generation. Generation stays in the caller's thread, in one fixed order; parse and evaluate of different waves may
@@ -40,23 +43,24 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
 from kevin.config import RunConfig
 from kevin.experiment.interfaces import close_all, takes_concurrent_batches
 from kevin.experiment.progress import Progress
-from kevin.experiment.report import (
-    ROLLOUT_PHASES,
-    phase_seconds,
-    run_summary,
-    step_lines,
-    step_report_markdown,
-    task_rows,
-    turn_rows,
-    verdict_counts,
+from kevin.experiment.files import (  # noqa: F401  (existing_run, step_dir, torch_threads: imported from here too)
+    CHECKPOINTS_DIR,
+    existing_run,
+    read_json,
+    step_dir,
+    torch_threads,
+    write_json,
 )
+from kevin.experiment.report import verdict_counts
+from kevin.experiment.run_tracking import RunTracking
+from kevin.experiment.splits import split_side, train_tasks  # noqa: F401  (split_side: imported from here too)
 from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
@@ -76,85 +80,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TrainingRun", "existing_run", "split_side", "step_dir", "train_tasks"]
 
-STEPS_DIR = "steps"
-CHECKPOINTS_DIR = "checkpoints"
-TRACKED = ".tracked"
-"""Marker file: the step's metrics and artifacts are in MLflow (a redone step does not log them twice)."""
 
-
-@contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """PyTorch's intra-op threads set to ``threads`` inside the block (0: left as they are), restored after."""
-    if not threads:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def step_dir(out_dir: str | Path, step: int) -> Path:
-    return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
-
-
-def existing_run(out_dir: str | Path) -> bool:
-    """Whether ``out_dir`` holds a run (a step was started there)."""
-    steps = Path(out_dir) / STEPS_DIR
-    return steps.is_dir() and any(steps.iterdir())
-
-
-def _write_json(path: Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def train_tasks(config: RunConfig) -> list[Task]:
-    """The tasks the run trains on: the train side of ``experiment.split`` (a split file), else of the split the
-    ``splits`` section draws; only those of ``experiment.tasks`` when it names some."""
-    tasks = split_side(config, config.experiment.split, "train")
-    chosen = set(config.experiment.tasks)
-    if not chosen:
-        return tasks
-    unknown = sorted(chosen - {t.task_id for t in tasks})
-    if unknown:
-        raise ValueError(f"experiment.tasks names {unknown}, which are not train tasks of the split (held-out tasks "
-                         "never train)")
-    return [t for t in tasks if t.task_id in chosen]
-
-
-def split_side(config: RunConfig, split_file: str, side: str) -> list[Task]:
-    """The ``train`` or ``eval`` tasks of ``split_file`` (a ``kevin split`` file), else of the split the ``splits``
-    section draws (``split_file`` ""), in the split's order."""
-    from kevin.tasks import load_tasks, read_split, source_root, split_tasks
-
-    if side not in ("train", "eval"):
-        raise ValueError(f"a split has a train and an eval side, not {side!r}")
-    if split_file:
-        split = read_split(split_file)
-        tasks = {t.task_id: t for t in load_tasks(split.config.source, split.config.levels)}
-        entries = split.train if side == "train" else split.eval
-        missing = [e.task_id for e in entries if e.task_id not in tasks]
-        if missing:
-            raise ValueError(f"{split_file}: its {side} tasks {missing} are not in {split.config.source!r}")
-        changed = [e.task_id for e in entries if tasks[e.task_id].digest != e.digest]
-        if changed:
-            log.warning("%s: tasks edited since the split was made: %s", split_file, changed)
-        return [tasks[e.task_id] for e in entries]
-    tasks = load_tasks(config.splits.source, config.splits.levels)
-    split = split_tasks(tasks, config.splits, root=source_root(config.splits.source))
-    by_id = {t.task_id: t for t in tasks}
-    return [by_id[i] for i in (split.train_ids if side == "train" else split.eval_ids)]
-
-
-class TrainingRun:
+class TrainingRun(RunTracking):
     """The live objects of one training run (model, trainer, policy, evaluator, monitor, tracker, task sampler)
     and the steps of the recipe. ``project_dir`` is the project folder (the MLflow store and the default output
     folder are taken from it); ``resume`` continues the run found in the output folder."""
@@ -269,36 +196,7 @@ class TrainingRun:
         self._load_policy_state(extra.get("policy"))
         self.stop_reason = extra.get("stop_reason", "")
 
-    def _start_tracking(self) -> None:
-        import dataclasses
-
-        from kevin.experiment.policies import model_label
-        from kevin.tracking import Tracker
-
-        tracking = self.config.tracking
-        if not tracking.run_name and not os.environ.get("DVC_EXP_NAME"):
-            tracking = dataclasses.replace(tracking, run_name=self.name)
-        nor = self.config.monitor.max_thresholds.get("not_okay_ratio")
-        self.tracker = Tracker(tracking, self.out_dir, project_dir=self.project_dir, nor_threshold=nor)
-        # A --resume of a run that never got as far as MLflow starts its MLflow run (without the tracker's warning).
-        resume = self.resume and self.tracker.run_file.is_file()
-        self.tracker.start(self.config.to_dict(), model=model_label(self.config), backend=self.config.backend,
-                           resume=resume, tags={"experiment": self.name})
-        if self.tracker.enabled:
-            uri = self.tracker.tracking_uri
-            self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
-                           "ui": f"mlflow ui --backend-store-uri {uri}"}
-
-    def _catch_up_tracking(self) -> None:
-        """A kill between a step's checkpoint and its tracking left the step out of MLflow: log it now."""
-        last = self.next_step - 1
-        if last >= 0 and not (step_dir(self.out_dir, last) / TRACKED).is_file():
-            self.track(last)
-
     # ------------------------------------------------------------------------------------------ helpers
-
-    def _dir(self, step: int) -> Path:
-        return step_dir(self.out_dir, step)
 
     @contextmanager
     def _timed(self, step: int, key: str) -> Iterator[None]:
@@ -311,9 +209,9 @@ class TrainingRun:
         with self._lock:
             for name, value in (("timings.json", seconds), ("spans.json", [round(began, 4), round(began + seconds, 4)])):
                 path = self._dir(step) / name
-                table = _read_json(path) if path.is_file() else {}
+                table = read_json(path) if path.is_file() else {}
                 table[key] = value
-                _write_json(path, table)
+                write_json(path, table)
 
     def _turn_key(self, phase: str, turn: int, wave: int) -> str:
         return f"{phase}/{turn}" if self.waves == 1 else f"{phase}/{turn}/{wave}"
@@ -326,7 +224,7 @@ class TrainingRun:
         """The rollout folder of one wave of the step: ``rollout`` itself with one wave, else ``rollout/wave_K``."""
         with self._lock:
             if (step, wave) not in self._stages:
-                batch = _read_json(self._dir(step) / "batch.json")["tasks"]
+                batch = read_json(self._dir(step) / "batch.json")["tasks"]
                 folder = self._dir(step) / "rollout"
                 slots = None
                 if self.waves > 1:
@@ -362,7 +260,7 @@ class TrainingRun:
         with self._timed(step, "sample"):
             batch = self.sampler.next_batch()
             if path.is_file():
-                before = _read_json(path)
+                before = read_json(path)
                 if before["tasks"] != batch:
                     raise ValueError(f"step {step} was rolled out on {before['tasks']} but the sampler now draws {batch}: "
                                      "the split or experiment settings changed since; resume with the ones it started "
@@ -371,7 +269,7 @@ class TrainingRun:
                     raise ValueError(f"step {step} was rolled out in {before.get('waves', 1)} waves and this run has "
                                      f"experiment.rollout_waves={self.waves}; resume with the setting it started with")
             else:
-                _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
+                write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
             apply_response_limit(self.policy, self.trainer, self.config.response_tokens_at(step))
         self.progress.step_started(step, self.steps, batch)
         return path
@@ -443,7 +341,7 @@ class TrainingRun:
         found = [traj for wave in range(self.waves) for traj in self._stage(step, wave).trajectories()]
         if self.waves == 1:
             return found
-        order = {task_id: i for i, task_id in enumerate(_read_json(self._dir(step) / "batch.json")["tasks"])}
+        order = {task_id: i for i, task_id in enumerate(read_json(self._dir(step) / "batch.json")["tasks"])}
         return sorted(found, key=lambda traj: (order[traj.task_id], traj.index))
 
     def aggregate(self, step: int) -> Path:
@@ -463,7 +361,7 @@ class TrainingRun:
         self.progress.phase(step, f"update: {len(samples)} samples, {self.config.train.grad_steps} optimiser steps")
         with self._timed(step, "update"), torch_threads(self.config.experiment.update_threads):
             metrics = self.trainer.update(samples) if samples else []
-        return _write_json(self._dir(step) / "update.json", metrics)
+        return write_json(self._dir(step) / "update.json", metrics)
 
     def check_collapse(self, step: int) -> Path:
         """Feed the step to the collapse monitor: ``monitor.json`` (its row and alerts). Each alert becomes a
@@ -473,7 +371,7 @@ class TrainingRun:
 
         with self._timed(step, "monitor"):
             turns = [t for traj in self.trajectories(step) for t in traj.turns]
-            update = _read_json(self._dir(step) / "update.json")
+            update = read_json(self._dir(step) / "update.json")
             # An update with nothing to train on (every advantage 0) measures no entropy or gradient: its zeros are
             # not the policy's, so the monitor does not see them.
             trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
@@ -490,7 +388,7 @@ class TrainingRun:
                 self.stop_reason = stop_reason(stop)
                 self.tracker.set_stop(self.stop_reason, step=step, metric=stop.metric)
                 self.progress.phase(step, f"STOP: {self.stop_reason}")
-            return _write_json(self._dir(step) / "monitor.json",
+            return write_json(self._dir(step) / "monitor.json",
                                {"row": row, "alerts": [a.to_dict() for a in alerts], "stop_reason": self.stop_reason})
 
     def checkpoint(self, step: int) -> Path | None:
@@ -520,59 +418,7 @@ class TrainingRun:
         log.info("weights version %d served: %s", version, served)
         return served
 
-    def track(self, step: int) -> Path:
-        """The step's summary (``summary.json``), its report (``report.md``, also the Prefect artifact) and, once, its
-        MLflow metrics and artifacts. Built from the step's files, so it also works for a step finished before a
-        kill."""
-        from kevin.alerts import stop_reason as reason_of
-        from kevin.monitor import Alert
-        from kevin.tracking import summarize_step
-
-        folder = self._dir(step)
-        trajectories = self.trajectories(step)
-        samples = load_records(folder / "samples.jsonl", TrainingSample)
-        update = _read_json(folder / "update.json")
-        monitor = _read_json(folder / "monitor.json")
-        alerts = [Alert.from_dict(a) for a in monitor["alerts"]]
-        timings = _read_json(folder / "timings.json") if (folder / "timings.json").is_file() else {}
-        spans = _read_json(folder / "spans.json") if (folder / "spans.json").is_file() else {}
-        seconds = phase_seconds(timings, spans)
-        report = step_report_markdown(self.name, step, self.steps, trajectories, samples, seconds, update,
-                                      monitor["row"], [a.message for a in alerts])
-        summary = {"step": step, "tasks": task_rows(trajectories), "turns": turn_rows(trajectories, samples),
-                   "verdicts": verdict_counts(trajectories), "seconds": seconds, "update": update,
-                   "monitor": monitor["row"], "alerts": [a.message for a in alerts],
-                   "stop_reason": next((reason_of(a) for a in alerts if a.should_stop), "")}
-        _write_json(folder / "summary.json", summary)
-        path = atomic_write_text(folder / "report.md", report)
-        if not (folder / TRACKED).is_file():
-            # perf/rollout_s with the rollout's response tokens gives the generation throughput in MLflow.
-            rollout = seconds.get("rollout_wall", sum(seconds.get(p, 0.0) for p in ROLLOUT_PHASES))
-            tracked_seconds = dict(seconds, rollout=rollout)
-            record = summarize_step(step, trajectories, returns=[s.reward for s in samples], update_metrics=update,
-                                    monitor_row=monitor["row"], seconds=tracked_seconds)
-            self.tracker.log_step(record, trajectories=trajectories, alerts=alerts)
-            self.tracker.log_artifact(path, f"steps/step_{step:06d}")
-            atomic_write_text(folder / TRACKED, "")
-        self.progress.step_finished(step, step_lines(trajectories, samples, seconds, update, monitor["row"]))
-        return path
-
     # ------------------------------------------------------------------------------------------ the end
-
-    def finished_steps(self) -> list[dict[str, Any]]:
-        """The summaries of every step that has one, in order."""
-        found = sorted((self.out_dir / STEPS_DIR).glob("step_*/summary.json"))
-        return [_read_json(p) for p in found]
-
-    def result(self) -> dict[str, Any]:
-        """What the run produced, as plain data (the flow's result; ``kevin train`` prints it)."""
-        from kevin.training.checkpoint import latest_checkpoint
-
-        summaries = self.finished_steps()
-        latest = latest_checkpoint(self.out_dir / CHECKPOINTS_DIR)
-        return {"experiment": self.name, "out_dir": str(self.out_dir), "steps": self.steps,
-                "steps_done": len(summaries), "stop_reason": self.stop_reason, "paused": self.paused, **run_summary(summaries),
-                "checkpoint": str(latest) if latest else "", "mlflow": dict(self.mlflow)}
 
     def close(self, error: BaseException | None = None) -> None:
         """End the MLflow run (FINISHED; KILLED when stopped early or interrupted; FAILED on an error) and release
@@ -607,8 +453,3 @@ class TrainingRun:
     @property
     def turns(self) -> int:
         return self.config.rollout.turns
-
-    def step_files(self, step: int) -> Mapping[str, Path]:
-        """The step's folder and main files (for the flow's artifacts and logs)."""
-        folder = self._dir(step)
-        return {"folder": folder, "rollout": folder / "rollout", "report": folder / "report.md"}
