@@ -63,7 +63,7 @@ from kevin.experiment.run_tracking import RunTracking
 from kevin.experiment.splits import split_side, train_tasks  # noqa: F401  (split_side: imported from here too)
 from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
-from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
+from kevin.records.rollout import TrainingSample, Trajectory, load_records
 from kevin.rollout.stages import TurnStages, generated_path
 from kevin.rollout.waves import wave_slots
 from kevin.tasks.task import Task
@@ -347,20 +347,20 @@ class TrainingRun(RunTracking):
     def aggregate(self, step: int) -> Path:
         """Turn returns and per-task advantages of every turn of the step: ``samples.jsonl``, written before the
         update reads it."""
-        from kevin.training.step import SAMPLES_FILE, build_samples
+        from kevin.training.step import build_samples, save_samples
 
         with self._timed(step, "aggregate"):
-            samples = build_samples(self.trajectories(step), self.config.rewards, self.tokenizer)
-            return save_records(self._dir(step) / SAMPLES_FILE, samples)
+            return save_samples(self._dir(step), build_samples(self.trajectories(step), self.config.rewards,
+                                                               self.tokenizer))
 
     def update(self, step: int) -> Path:
         """The GRPO update on the step's samples (``train.grad_steps`` optimiser steps): ``update.json``."""
-        from kevin.training.step import SAMPLES_FILE
+        from kevin.training.step import SAMPLES_FILE, grpo_update
 
         samples = load_records(self._dir(step) / SAMPLES_FILE, TrainingSample)
         self.progress.phase(step, f"update: {len(samples)} samples, {self.config.train.grad_steps} optimiser steps")
         with self._timed(step, "update"), torch_threads(self.config.experiment.update_threads):
-            metrics = self.trainer.update(samples) if samples else []
+            metrics = grpo_update(self.trainer, samples)
         return write_json(self._dir(step) / "update.json", metrics)
 
     def check_collapse(self, step: int) -> Path:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from kevin.training.config import TrainConfig
 
 __all__ = ["StepResult", "StepTrainer", "apply_response_limit", "build_samples", "check_policy", "rollout_metrics",
-           "train_step"]
+           "grpo_update", "save_samples", "train_step"]
 
 SAMPLES_FILE = "samples.jsonl"
 ROLLOUT_DIR = "rollout"
@@ -88,6 +88,16 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
         sample.prompt_token_ids, sample.completion_token_ids, sample.old_logprobs = prompt, response, logprobs
         samples.append(sample)
     return samples
+
+
+def save_samples(step_dir: str | Path, samples: Sequence[TrainingSample]) -> Path:
+    """The step's samples in ``samples.jsonl``, written before the update reads them (a redone step trains on them)."""
+    return save_records(Path(step_dir) / SAMPLES_FILE, samples)
+
+
+def grpo_update(trainer: StepTrainer, samples: Sequence[TrainingSample]) -> list[dict[str, float]]:
+    """The GRPO update of a step; a step without samples makes no optimiser step (no metrics)."""
+    return trainer.update(samples) if samples else []
 
 
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
@@ -152,8 +162,8 @@ def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, rewar
     trajectories = rollout_fn(tasks, policy, evaluate, rollout_cfg, tokenizer=tokenizer,
                               out_dir=out / ROLLOUT_DIR if out is not None else None, resume=out is not None)
     samples = build_samples(trajectories, reward_cfg, tokenizer)
-    path = save_records(out / SAMPLES_FILE, samples) if out is not None else None
-    metrics = trainer.update(samples) if samples else []
+    path = save_samples(out, samples) if out is not None else None
+    metrics = grpo_update(trainer, samples)
     return StepResult(trajectories=trajectories, samples=samples, update_metrics=metrics,
                       rollout_metrics=rollout_metrics(trajectories), samples_path=path)
 
