@@ -1,9 +1,9 @@
 """One turn of the rollout as three file-to-file stages: generate, parse, evaluate.
 
-``run_rollouts`` (loop.py) runs a whole rollout in one call. An orchestrator that runs each stage as its own
-task, retries a failed generation, and must lose no judged kernel when it is killed, uses ``TurnStages``
-instead: every stage reads the files of the stage before it and writes its own, and a stage whose output
-is already on disk is not run again. In the rollout directory (next to loop.py's ``rollout.json`` and
+These stages are the one engine of a turn: ``run_rollouts`` (loop.py) drives them through a whole rollout in one
+call, and an orchestrator that runs each stage as its own task, retries a failed generation, and must lose no
+judged kernel when it is killed (the training flow) calls them one by one: every stage reads the files of the
+stage before it and writes its own, and a stage whose output is already on disk is not run again. In the rollout directory (next to loop.py's ``rollout.json`` and
 ``turn_NNN.jsonl``)::
 
     generated_NNN.jsonl   per live trajectory: the prompt as built (messages, rendering, tokens, attempts kept
