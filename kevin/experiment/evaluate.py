@@ -28,21 +28,33 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kevin.analysis.beam import BeamConfig
 from kevin.analysis.metrics import AnalysisConfig, RunReport
-from kevin.analysis.tables import csv_text
 from kevin.config import RunConfig
+from kevin.experiment.files import TRACKED, write_json
+from kevin.experiment.interfaces import close_all
+from kevin.experiment.outputs import (  # noqa: F401  (compare_runs, wide_curves: imported from here too)
+    REPORT_FILE,
+    compare_runs,
+    load_report,
+    wide_curves,
+    write_report_files,
+)
 from kevin.experiment.progress import Progress
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.rollout.stages import TurnStages, generated_path, parents_path
 from kevin.tasks.task import Task
+
+if TYPE_CHECKING:
+    from kevin.evaluation.cluster import BatchEvaluator
+    from kevin.policy.protocol import Policy
+    from kevin.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +62,8 @@ __all__ = ["EvaluationRun", "RolloutPlan", "compare_runs", "load_report", "resol
            "write_report_files"]
 
 RUN_FILE = "run.json"
-REPORT_FILE = "report.json"
 METRICS_FILE = "metrics.json"
 ROLLOUTS_DIR = "rollouts"
-TRACKED = ".tracked"
-"""Marker: the run's metrics and artifacts are in MLflow (a resumed run does not log them twice)."""
 IDENTITY = ("model", "checkpoint", "tasks", "rollouts", "beam")
 """What must not change when an evaluation is resumed: its rollouts were generated under these."""
 
@@ -119,7 +128,7 @@ def checkpoint_step(checkpoint: Path | None) -> int | None:
     return int(json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))["step"])
 
 
-def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Any, Any]:
+def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Policy, Any]:
     """(policy, tokenizer) that generates the evaluation's responses: the checkpoint's model in-process, else the
     ``policy`` section's model (embedded, an HF folder or hub id in-process, or an OpenAI-compatible server)."""
     import torch
@@ -164,88 +173,6 @@ def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Any, Any
     return HFPolicy(model.eval(), tokenizer, config.sampling), tokenizer
 
 
-# ------------------------------------------------------------------------------------------- outputs
-
-
-def _write_json(path: Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
-
-
-def load_report(run_dir: str | Path) -> RunReport:
-    """The report of a finished evaluation run folder (``report.json``)."""
-    path = Path(run_dir) / REPORT_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: {run_dir} is not a finished evaluation run (finish it with "
-                                "kevin evaluate --resume)")
-    return RunReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.6f}"
-
-
-def wide_curves(report: RunReport) -> dict[str, str]:
-    """The curves as DVC plots read them (one x column, one column per metric): ``best_at_k.csv`` (k, then best@k
-    of each metric after the last turn) and ``turns/<split>.csv`` per budget split and the run's own size (turn,
-    then best@k of each metric with k = the split's trajectories)."""
-    names = report.metric_names
-    out = {"best_at_k.csv": csv_text(["k", *names], [[m.k, *(_num(m.best[n]) for n in names)] for m in report.by_k])}
-    curves = {f"{report.trajectories}x{report.turns}": report.by_turn, **report.splits}
-    for split, curve in curves.items():
-        out[f"turns/{split}.csv"] = csv_text(["turn", *names], [[m.turn, *(_num(m.best[n]) for n in names)]
-                                                                 for m in curve])
-    return out
-
-
-def write_report_files(reports: Sequence[RunReport], out_dir: str | Path, baseline: str | None = None) -> dict[str, Path]:
-    """Tables (markdown and CSV; the curves in long form too), plots (PNG) and, for one run, its curves as DVC plots
-    read them (``wide_curves``); several runs are put side by side, with the comparison table. Returns name -> path."""
-    from kevin.analysis.plots import write_plots
-    from kevin.analysis.tables import (
-        best_at_k_csv,
-        comparison_csv,
-        comparison_markdown,
-        table1_csv,
-        table1_markdown,
-        table2_csv,
-        table2_markdown,
-        turn_curves_csv,
-    )
-
-    out = Path(out_dir)
-    texts = {
-        "tables/table1.md": table1_markdown(reports), "tables/table1.csv": table1_csv(reports),
-        "tables/table2.md": table2_markdown(reports), "tables/table2.csv": table2_csv(reports),
-        "tables/turn_curves.csv": turn_curves_csv(reports), "tables/best_at_k.csv": best_at_k_csv(reports),
-    }
-    if len(reports) > 1:
-        texts["tables/comparison.md"] = comparison_markdown(reports, baseline)
-        texts["tables/comparison.csv"] = comparison_csv(reports, baseline)
-    else:
-        texts.update({f"curves/{name}": text for name, text in wide_curves(reports[0]).items()})
-    paths = {name: atomic_write_text(out / name, text) for name, text in texts.items()}
-    for path in write_plots(reports, out / "plots"):
-        paths[f"plots/{path.name}"] = path
-    return paths
-
-
-def compare_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, baseline: str | None = None) -> dict[str, Path]:
-    """Finished evaluation runs side by side (e.g. the base model and a checkpoint): their tables, the comparison
-    (each run's difference from the baseline run: the first by default) and overlaid plots in ``out_dir``. Runs of
-    the same name are told apart by their folder's name."""
-    if len(run_dirs) < 2:
-        raise ValueError(f"a comparison needs at least two evaluation runs, got {len(run_dirs)}")
-    reports = [load_report(d) for d in run_dirs]
-    names = [r.name for r in reports]
-    if len(set(names)) != len(names):
-        reports = [dataclasses.replace(r, name=f"{r.name} ({Path(d).resolve().name})") for r, d in zip(reports, run_dirs)]
-    if baseline is not None and baseline not in [r.name for r in reports]:
-        raise ValueError(f"baseline {baseline!r} is not one of the runs {[r.name for r in reports]}")
-    paths = write_report_files(reports, out_dir, baseline)
-    paths["runs"] = _write_json(Path(out_dir) / "runs.json", [str(Path(d).resolve()) for d in run_dirs])
-    return paths
-
-
 # ------------------------------------------------------------------------------------------------ a run
 
 
@@ -268,13 +195,13 @@ class EvaluationRun:
         self.identity: dict[str, Any] = {}
         self.calls = {"generations": 0, "evaluations": 0}
         """Batches handed to the model and kernels handed to the evaluator by this process (resume shows 0)."""
-        self.tracker: Any = None
+        self.tracker: Tracker | None = None
         self.mlflow: dict[str, str] = {}
         self._stages: dict[str, TurnStages] = {}
-        self._generator: Any = None
+        self._generator: Policy | None = None
         self._tokenizer: Any = None
-        self._policies: dict[str, Any] = {}
-        self._evaluator: Any = None
+        self._policies: dict[str, Policy] = {}
+        self._evaluator: BatchEvaluator | None = None
 
     # ------------------------------------------------------------------------------------------ set-up
 
@@ -282,7 +209,7 @@ class EvaluationRun:
         """Find the tasks and the model, write (or, resuming, check) ``run.json``, start the MLflow run; returns the
         rollouts to run. The model is not loaded here."""
         from kevin.experiment.policies import model_label
-        from kevin.experiment.run import split_side
+        from kevin.experiment.splits import split_side
 
         cfg = self.config
         rollouts = self.out_dir / ROLLOUTS_DIR
@@ -319,7 +246,7 @@ class EvaluationRun:
         }
         self._check_identity()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(self.out_dir / RUN_FILE, self.identity)
+        write_json(self.out_dir / RUN_FILE, self.identity)
         atomic_write_text(self.out_dir / "config.yaml", yaml.safe_dump(
             json.loads(json.dumps(cfg.params_dict(), default=str)), sort_keys=False))
         for plan in self.plans:
@@ -382,7 +309,7 @@ class EvaluationRun:
             self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
                            "ui": f"mlflow ui --backend-store-uri {uri}"}
 
-    def _policy(self, plan: RolloutPlan) -> Any:
+    def _policy(self, plan: RolloutPlan) -> Policy:
         """The generator for ``plan`` (loaded at the first generation; ``policy.wrap`` applied per rollout size)."""
         from kevin.experiment.policies import resolve_wrap
 
@@ -402,7 +329,7 @@ class EvaluationRun:
         return self._policies[plan.name]
 
     @property
-    def evaluator(self) -> Any:
+    def evaluator(self) -> BatchEvaluator:
         """The batch evaluator, started at the first kernel to judge."""
         if self._evaluator is None:
             from kevin.evaluation.cluster import batch_evaluator
@@ -490,7 +417,7 @@ class EvaluationRun:
                 states[plan.name] = [outcomes_from_trajectories(stages.trajectories_after(t))
                                      for t in range(stages.turns_done)]
             report = report_from_states(self.name, states, analysis)
-        return _write_json(self.out_dir / REPORT_FILE, report.to_dict())
+        return write_json(self.out_dir / REPORT_FILE, report.to_dict())
 
     def report(self) -> RunReport:
         return load_report(self.out_dir)
@@ -501,7 +428,7 @@ class EvaluationRun:
 
         report = self.report()
         paths = write_report_files([report], self.out_dir)
-        paths["metrics"] = _write_json(self.out_dir / METRICS_FILE, flat_metrics(report))
+        paths["metrics"] = write_json(self.out_dir / METRICS_FILE, flat_metrics(report))
         return paths
 
     def track(self, paths: dict[str, Path]) -> bool:
@@ -547,13 +474,7 @@ class EvaluationRun:
             if self.tracker is not None:
                 self.tracker.__exit__(type(error) if error else None, error, None)
         finally:
-            for thing in (self._evaluator, self._generator):
-                closer = getattr(thing, "close", None)
-                if closer is not None:
-                    try:
-                        closer()
-                    except Exception:  # one failing close must not keep the other open
-                        log.exception("closing %s failed", type(thing).__name__)
+            close_all(self._evaluator, self._generator)
 
 
 def _nothing_to_generate(prompts: Any) -> Any:

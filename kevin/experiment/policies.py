@@ -14,10 +14,14 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from kevin.config import RunConfig
 from kevin.tasks.task import Task
+
+if TYPE_CHECKING:
+    from kevin.policy.protocol import Policy
+    from kevin.training.trainer import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +133,7 @@ class WeightSync:
         else:
             raise ValueError(f"unknown weight sync {mode!r}")
 
-    def push(self, trainer: Any, tokenizer: Any, version: int) -> str:
+    def push(self, trainer: GRPOTrainer, tokenizer: Any, version: int) -> str:
         """Hand the trainer's current weights to the server as ``version``; returns what is served now."""
         if self.mode == "folder":
             return self.pusher.push(trainer.model, tokenizer, version)
@@ -145,7 +149,8 @@ class WeightSync:
             self.pusher.close()
 
 
-def build_policy(config: RunConfig, trainer: Any, tokenizer: Any, out_dir: Path) -> tuple[Any, WeightSync | None]:
+def build_policy(config: RunConfig, trainer: GRPOTrainer, tokenizer: Any, out_dir: Path
+                 ) -> tuple[Policy, WeightSync | None]:
     """The generation backend of the run and, for a server, its weight sync (None in-process)."""
     if config.policy.backend in ("embedded", "hf"):
         from kevin.policy.hf import HFPolicy
@@ -157,7 +162,7 @@ def build_policy(config: RunConfig, trainer: Any, tokenizer: Any, out_dir: Path)
     return policy, WeightSync(sync_mode(config), policy, config, out_dir)
 
 
-def resolve_wrap(spec: str) -> Callable[[Any, RunConfig, Sequence[Task]], Any]:
+def resolve_wrap(spec: str) -> Callable[[Policy, RunConfig, Sequence[Task]], Policy]:
     """The function a ``policy.wrap`` value (``module:function``) names."""
     module_name, _, name = spec.partition(":")
     try:

@@ -18,6 +18,9 @@
 ``flows/train.py`` runs each method as a Prefect task and passes the paths they return. The methods do the work
 and keep the run's state; none of them knows about Prefect.
 
+The run is split along its seams: ``track``, ``result`` and the MLflow run are ``RunTracking``'s
+(``run_tracking.py``), the folder layout and JSON helpers are ``files.py``, the task selection ``splits.py``.
+
 Waves (``experiment.rollout_waves`` W > 1): the step's trajectories are cut into W waves (``kevin/rollout/waves.py``),
 each a rollout folder of its own (``rollout/wave_K``), and a wave's parse and evaluation run beside the next wave's
 generation. Generation stays in the caller's thread, in one fixed order; parse and evaluate of different waves may
@@ -40,111 +43,45 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator
 
 import yaml
 
 from kevin.config import RunConfig
+from kevin.experiment.interfaces import close_all, takes_concurrent_batches
 from kevin.experiment.progress import Progress
-from kevin.experiment.report import (
-    ROLLOUT_PHASES,
-    phase_seconds,
-    run_summary,
-    step_lines,
-    step_report_markdown,
-    task_rows,
-    turn_rows,
-    verdict_counts,
+from kevin.experiment.files import (  # noqa: F401  (existing_run, step_dir, torch_threads: imported from here too)
+    CHECKPOINTS_DIR,
+    existing_run,
+    read_json,
+    step_dir,
+    torch_threads,
+    write_json,
 )
+from kevin.experiment.report import verdict_counts
+from kevin.experiment.run_tracking import RunTracking
+from kevin.experiment.splits import split_side, train_tasks  # noqa: F401  (split_side: imported from here too)
+from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
-from kevin.records.rollout import TrainingSample, Trajectory, load_records, save_records
+from kevin.records.rollout import TrainingSample, Trajectory, load_records
 from kevin.rollout.stages import TurnStages, generated_path
 from kevin.rollout.waves import wave_slots
 from kevin.tasks.task import Task
+
+if TYPE_CHECKING:  # the types of the live objects; their modules load torch, MLflow or Ray, so only when built
+    from kevin.evaluation.cluster import BatchEvaluator
+    from kevin.experiment.policies import WeightSync
+    from kevin.monitor import CollapseMonitor
+    from kevin.tasks.sampler import TaskSampler
+    from kevin.tracking import Tracker
+    from kevin.training.trainer import GRPOTrainer
 
 log = logging.getLogger(__name__)
 
 __all__ = ["TrainingRun", "existing_run", "split_side", "step_dir", "train_tasks"]
 
-STEPS_DIR = "steps"
-CHECKPOINTS_DIR = "checkpoints"
-TRACKED = ".tracked"
-"""Marker file: the step's metrics and artifacts are in MLflow (a redone step does not log them twice)."""
 
-
-@contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """PyTorch's intra-op threads set to ``threads`` inside the block (0: left as they are), restored after."""
-    if not threads:
-        yield
-        return
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def step_dir(out_dir: str | Path, step: int) -> Path:
-    return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
-
-
-def existing_run(out_dir: str | Path) -> bool:
-    """Whether ``out_dir`` holds a run (a step was started there)."""
-    steps = Path(out_dir) / STEPS_DIR
-    return steps.is_dir() and any(steps.iterdir())
-
-
-def _write_json(path: Path, data: Any) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=1, default=str) + "\n")
-
-
-def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def train_tasks(config: RunConfig) -> list[Task]:
-    """The tasks the run trains on: the train side of ``experiment.split`` (a split file), else of the split the
-    ``splits`` section draws; only those of ``experiment.tasks`` when it names some."""
-    tasks = split_side(config, config.experiment.split, "train")
-    chosen = set(config.experiment.tasks)
-    if not chosen:
-        return tasks
-    unknown = sorted(chosen - {t.task_id for t in tasks})
-    if unknown:
-        raise ValueError(f"experiment.tasks names {unknown}, which are not train tasks of the split (held-out tasks "
-                         "never train)")
-    return [t for t in tasks if t.task_id in chosen]
-
-
-def split_side(config: RunConfig, split_file: str, side: str) -> list[Task]:
-    """The ``train`` or ``eval`` tasks of ``split_file`` (a ``kevin split`` file), else of the split the ``splits``
-    section draws (``split_file`` ""), in the split's order."""
-    from kevin.tasks import load_tasks, read_split, source_root, split_tasks
-
-    if side not in ("train", "eval"):
-        raise ValueError(f"a split has a train and an eval side, not {side!r}")
-    if split_file:
-        split = read_split(split_file)
-        tasks = {t.task_id: t for t in load_tasks(split.config.source, split.config.levels)}
-        entries = split.train if side == "train" else split.eval
-        missing = [e.task_id for e in entries if e.task_id not in tasks]
-        if missing:
-            raise ValueError(f"{split_file}: its {side} tasks {missing} are not in {split.config.source!r}")
-        changed = [e.task_id for e in entries if tasks[e.task_id].digest != e.digest]
-        if changed:
-            log.warning("%s: tasks edited since the split was made: %s", split_file, changed)
-        return [tasks[e.task_id] for e in entries]
-    tasks = load_tasks(config.splits.source, config.splits.levels)
-    split = split_tasks(tasks, config.splits, root=source_root(config.splits.source))
-    by_id = {t.task_id: t for t in tasks}
-    return [by_id[i] for i in (split.train_ids if side == "train" else split.eval_ids)]
-
-
-class TrainingRun:
+class TrainingRun(RunTracking):
     """The live objects of one training run (model, trainer, policy, evaluator, monitor, tracker, task sampler)
     and the steps of the recipe. ``project_dir`` is the project folder (the MLflow store and the default output
     folder are taken from it); ``resume`` continues the run found in the output folder."""
@@ -166,14 +103,15 @@ class TrainingRun:
         self._step_began: float | None = None
         self._slowest_step = 0.0
         self.tasks: dict[str, Task] = {}
-        self.sampler: Any = None
-        self.trainer: Any = None
-        self.tokenizer: Any = None
-        self.policy: Any = None
-        self.weight_sync: Any = None
-        self.evaluator: Any = None
-        self.monitor: Any = None
-        self.tracker: Any = None
+        # The live objects, built by open(); None until then.
+        self.sampler: TaskSampler = None  # type: ignore[assignment]
+        self.trainer: GRPOTrainer = None  # type: ignore[assignment]
+        self.tokenizer: Any = None  # a transformers tokenizer (no narrower type is named for one)
+        self.policy: Policy = None  # type: ignore[assignment]
+        self.weight_sync: WeightSync | None = None
+        self.evaluator: BatchEvaluator = None  # type: ignore[assignment]
+        self.monitor: CollapseMonitor = None  # type: ignore[assignment]
+        self.tracker: Tracker | None = None
         self.mlflow: dict[str, str] = {}
         self.waves = config.experiment.rollout_waves
         self._stages: dict[tuple[int, int], TurnStages] = {}
@@ -211,6 +149,10 @@ class TrainingRun:
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
         if cfg.policy.wrap:
             self.policy = resolve_wrap(cfg.policy.wrap)(self.policy, cfg, tasks)
+            if not isinstance(self.policy, Policy):  # checked now, not at the first checkpoint
+                raise TypeError(f"policy.wrap {cfg.policy.wrap} returned a {type(self.policy).__name__}, which is not a "
+                                "kevin.policy.protocol.Policy (state_dict, load_state_dict, close, max_response_tokens, "
+                                "set_max_response_tokens, config)")
         self.evaluator = batch_evaluator(cfg.evaluation, cfg.cluster)
         if self.waves > 1 and cfg.backend == "cpu" and cfg.policy.backend != "openai":
             log.warning("experiment.rollout_waves=%d on the cpu backend: a wave's timed runs share the cores with the "
@@ -254,36 +196,7 @@ class TrainingRun:
         self._load_policy_state(extra.get("policy"))
         self.stop_reason = extra.get("stop_reason", "")
 
-    def _start_tracking(self) -> None:
-        import dataclasses
-
-        from kevin.experiment.policies import model_label
-        from kevin.tracking import Tracker
-
-        tracking = self.config.tracking
-        if not tracking.run_name and not os.environ.get("DVC_EXP_NAME"):
-            tracking = dataclasses.replace(tracking, run_name=self.name)
-        nor = self.config.monitor.max_thresholds.get("not_okay_ratio")
-        self.tracker = Tracker(tracking, self.out_dir, project_dir=self.project_dir, nor_threshold=nor)
-        # A --resume of a run that never got as far as MLflow starts its MLflow run (without the tracker's warning).
-        resume = self.resume and self.tracker.run_file.is_file()
-        self.tracker.start(self.config.to_dict(), model=model_label(self.config), backend=self.config.backend,
-                           resume=resume, tags={"experiment": self.name})
-        if self.tracker.enabled:
-            uri = self.tracker.tracking_uri
-            self.mlflow = {"run_id": self.tracker.run_id, "experiment": tracking.experiment_name, "tracking_uri": uri,
-                           "ui": f"mlflow ui --backend-store-uri {uri}"}
-
-    def _catch_up_tracking(self) -> None:
-        """A kill between a step's checkpoint and its tracking left the step out of MLflow: log it now."""
-        last = self.next_step - 1
-        if last >= 0 and not (step_dir(self.out_dir, last) / TRACKED).is_file():
-            self.track(last)
-
     # ------------------------------------------------------------------------------------------ helpers
-
-    def _dir(self, step: int) -> Path:
-        return step_dir(self.out_dir, step)
 
     @contextmanager
     def _timed(self, step: int, key: str) -> Iterator[None]:
@@ -296,9 +209,9 @@ class TrainingRun:
         with self._lock:
             for name, value in (("timings.json", seconds), ("spans.json", [round(began, 4), round(began + seconds, 4)])):
                 path = self._dir(step) / name
-                table = _read_json(path) if path.is_file() else {}
+                table = read_json(path) if path.is_file() else {}
                 table[key] = value
-                _write_json(path, table)
+                write_json(path, table)
 
     def _turn_key(self, phase: str, turn: int, wave: int) -> str:
         return f"{phase}/{turn}" if self.waves == 1 else f"{phase}/{turn}/{wave}"
@@ -311,7 +224,7 @@ class TrainingRun:
         """The rollout folder of one wave of the step: ``rollout`` itself with one wave, else ``rollout/wave_K``."""
         with self._lock:
             if (step, wave) not in self._stages:
-                batch = _read_json(self._dir(step) / "batch.json")["tasks"]
+                batch = read_json(self._dir(step) / "batch.json")["tasks"]
                 folder = self._dir(step) / "rollout"
                 slots = None
                 if self.waves > 1:
@@ -327,31 +240,27 @@ class TrainingRun:
     def _save_policy_state(self, path: Path) -> None:
         import torch
 
-        state = getattr(self.policy, "state_dict", None)
-        if state is None:
-            return
         tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(state(), tmp)
+        torch.save(self.policy.state_dict(), tmp)
         os.replace(tmp, path)
 
-    def _load_policy_state(self, state: Any) -> None:
-        load = getattr(self.policy, "load_state_dict", None)
-        if state is not None and load is not None:
-            load(state)
+    def _load_policy_state(self, state: dict[str, Any] | None) -> None:
+        if state is not None:
+            self.policy.load_state_dict(state)
 
     # ------------------------------------------------------------------------------------------ the steps
 
     def sample_batch(self, step: int) -> Path:
         """Draw the step's tasks (``batch.json``; a redone step must draw the tasks it drew before) and set the
         step's response length limit on the policy."""
-        from kevin.training.step import check_policy
+        from kevin.training.step import apply_response_limit
 
         self._step_began = time.monotonic()
         path = self._dir(step) / "batch.json"
         with self._timed(step, "sample"):
             batch = self.sampler.next_batch()
             if path.is_file():
-                before = _read_json(path)
+                before = read_json(path)
                 if before["tasks"] != batch:
                     raise ValueError(f"step {step} was rolled out on {before['tasks']} but the sampler now draws {batch}: "
                                      "the split or experiment settings changed since; resume with the ones it started "
@@ -360,11 +269,8 @@ class TrainingRun:
                     raise ValueError(f"step {step} was rolled out in {before.get('waves', 1)} waves and this run has "
                                      f"experiment.rollout_waves={self.waves}; resume with the setting it started with")
             else:
-                _write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
-            setter = getattr(self.policy, "set_max_response_tokens", None)
-            if setter is not None:
-                setter(self.config.response_tokens_at(step))
-            check_policy(self.policy, self.trainer)
+                write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
+            apply_response_limit(self.policy, self.trainer, self.config.response_tokens_at(step))
         self.progress.step_started(step, self.steps, batch)
         return path
 
@@ -413,7 +319,7 @@ class TrainingRun:
         if not total:
             return stages.evaluate(turn, self.evaluator.evaluate_many)
         label = self._label(turn, wave)
-        one_at_a_time = self._evaluations if not getattr(self.evaluator, "concurrent_batches", False) else None
+        one_at_a_time = None if takes_concurrent_batches(self.evaluator) else self._evaluations
         if one_at_a_time is not None:
             one_at_a_time.acquire()
         self.progress.evaluation_started(step, label, total)
@@ -435,27 +341,27 @@ class TrainingRun:
         found = [traj for wave in range(self.waves) for traj in self._stage(step, wave).trajectories()]
         if self.waves == 1:
             return found
-        order = {task_id: i for i, task_id in enumerate(_read_json(self._dir(step) / "batch.json")["tasks"])}
+        order = {task_id: i for i, task_id in enumerate(read_json(self._dir(step) / "batch.json")["tasks"])}
         return sorted(found, key=lambda traj: (order[traj.task_id], traj.index))
 
     def aggregate(self, step: int) -> Path:
         """Turn returns and per-task advantages of every turn of the step: ``samples.jsonl``, written before the
         update reads it."""
-        from kevin.training.step import SAMPLES_FILE, build_samples
+        from kevin.training.step import build_samples, save_samples
 
         with self._timed(step, "aggregate"):
-            samples = build_samples(self.trajectories(step), self.config.rewards, self.tokenizer)
-            return save_records(self._dir(step) / SAMPLES_FILE, samples)
+            return save_samples(self._dir(step), build_samples(self.trajectories(step), self.config.rewards,
+                                                               self.tokenizer))
 
     def update(self, step: int) -> Path:
         """The GRPO update on the step's samples (``train.grad_steps`` optimiser steps): ``update.json``."""
-        from kevin.training.step import SAMPLES_FILE
+        from kevin.training.step import SAMPLES_FILE, grpo_update
 
         samples = load_records(self._dir(step) / SAMPLES_FILE, TrainingSample)
         self.progress.phase(step, f"update: {len(samples)} samples, {self.config.train.grad_steps} optimiser steps")
         with self._timed(step, "update"), torch_threads(self.config.experiment.update_threads):
-            metrics = self.trainer.update(samples) if samples else []
-        return _write_json(self._dir(step) / "update.json", metrics)
+            metrics = grpo_update(self.trainer, samples)
+        return write_json(self._dir(step) / "update.json", metrics)
 
     def check_collapse(self, step: int) -> Path:
         """Feed the step to the collapse monitor: ``monitor.json`` (its row and alerts). Each alert becomes a
@@ -465,7 +371,7 @@ class TrainingRun:
 
         with self._timed(step, "monitor"):
             turns = [t for traj in self.trajectories(step) for t in traj.turns]
-            update = _read_json(self._dir(step) / "update.json")
+            update = read_json(self._dir(step) / "update.json")
             # An update with nothing to train on (every advantage 0) measures no entropy or gradient: its zeros are
             # not the policy's, so the monitor does not see them.
             trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
@@ -482,7 +388,7 @@ class TrainingRun:
                 self.stop_reason = stop_reason(stop)
                 self.tracker.set_stop(self.stop_reason, step=step, metric=stop.metric)
                 self.progress.phase(step, f"STOP: {self.stop_reason}")
-            return _write_json(self._dir(step) / "monitor.json",
+            return write_json(self._dir(step) / "monitor.json",
                                {"row": row, "alerts": [a.to_dict() for a in alerts], "stop_reason": self.stop_reason})
 
     def checkpoint(self, step: int) -> Path | None:
@@ -494,9 +400,8 @@ class TrainingRun:
         if not due:
             return None
         with self._timed(step, "checkpoint"):
-            state = getattr(self.policy, "state_dict", None)
             extra = {"sampler": self.sampler.state_dict(), "monitor": self.monitor.state_dict(),
-                     "policy": state() if state is not None else None, "stop_reason": self.stop_reason}
+                     "policy": self.policy.state_dict(), "stop_reason": self.stop_reason}
             path = self.trainer.save_checkpoint(self.out_dir / CHECKPOINTS_DIR, step, extra=extra)
         self.progress.phase(step, f"checkpoint: {path}")
         return path
@@ -513,59 +418,7 @@ class TrainingRun:
         log.info("weights version %d served: %s", version, served)
         return served
 
-    def track(self, step: int) -> Path:
-        """The step's summary (``summary.json``), its report (``report.md``, also the Prefect artifact) and, once, its
-        MLflow metrics and artifacts. Built from the step's files, so it also works for a step finished before a
-        kill."""
-        from kevin.alerts import stop_reason as reason_of
-        from kevin.monitor import Alert
-        from kevin.tracking import summarize_step
-
-        folder = self._dir(step)
-        trajectories = self.trajectories(step)
-        samples = load_records(folder / "samples.jsonl", TrainingSample)
-        update = _read_json(folder / "update.json")
-        monitor = _read_json(folder / "monitor.json")
-        alerts = [Alert.from_dict(a) for a in monitor["alerts"]]
-        timings = _read_json(folder / "timings.json") if (folder / "timings.json").is_file() else {}
-        spans = _read_json(folder / "spans.json") if (folder / "spans.json").is_file() else {}
-        seconds = phase_seconds(timings, spans)
-        report = step_report_markdown(self.name, step, self.steps, trajectories, samples, seconds, update,
-                                      monitor["row"], [a.message for a in alerts])
-        summary = {"step": step, "tasks": task_rows(trajectories), "turns": turn_rows(trajectories, samples),
-                   "verdicts": verdict_counts(trajectories), "seconds": seconds, "update": update,
-                   "monitor": monitor["row"], "alerts": [a.message for a in alerts],
-                   "stop_reason": next((reason_of(a) for a in alerts if a.should_stop), "")}
-        _write_json(folder / "summary.json", summary)
-        path = atomic_write_text(folder / "report.md", report)
-        if not (folder / TRACKED).is_file():
-            # perf/rollout_s with the rollout's response tokens gives the generation throughput in MLflow.
-            rollout = seconds.get("rollout_wall", sum(seconds.get(p, 0.0) for p in ROLLOUT_PHASES))
-            tracked_seconds = dict(seconds, rollout=rollout)
-            record = summarize_step(step, trajectories, returns=[s.reward for s in samples], update_metrics=update,
-                                    monitor_row=monitor["row"], seconds=tracked_seconds)
-            self.tracker.log_step(record, trajectories=trajectories, alerts=alerts)
-            self.tracker.log_artifact(path, f"steps/step_{step:06d}")
-            atomic_write_text(folder / TRACKED, "")
-        self.progress.step_finished(step, step_lines(trajectories, samples, seconds, update, monitor["row"]))
-        return path
-
     # ------------------------------------------------------------------------------------------ the end
-
-    def finished_steps(self) -> list[dict[str, Any]]:
-        """The summaries of every step that has one, in order."""
-        found = sorted((self.out_dir / STEPS_DIR).glob("step_*/summary.json"))
-        return [_read_json(p) for p in found]
-
-    def result(self) -> dict[str, Any]:
-        """What the run produced, as plain data (the flow's result; ``kevin train`` prints it)."""
-        from kevin.training.checkpoint import latest_checkpoint
-
-        summaries = self.finished_steps()
-        latest = latest_checkpoint(self.out_dir / CHECKPOINTS_DIR)
-        return {"experiment": self.name, "out_dir": str(self.out_dir), "steps": self.steps,
-                "steps_done": len(summaries), "stop_reason": self.stop_reason, "paused": self.paused, **run_summary(summaries),
-                "checkpoint": str(latest) if latest else "", "mlflow": dict(self.mlflow)}
 
     def close(self, error: BaseException | None = None) -> None:
         """End the MLflow run (FINISHED; KILLED when stopped early or interrupted; FAILED on an error) and release
@@ -574,13 +427,7 @@ class TrainingRun:
             if self.tracker is not None:
                 self.tracker.__exit__(type(error) if error else None, error, None)
         finally:
-            for thing in (self.evaluator, self.weight_sync, self.policy):
-                closer = getattr(thing, "close", None)
-                if closer is not None:
-                    try:
-                        closer()
-                    except Exception:  # one failing close must not keep the others open
-                        log.exception("closing %s failed", type(thing).__name__)
+            close_all(self.evaluator, self.weight_sync, self.policy)
 
     def done(self, step: int) -> bool:
         """Whether the run ends before ``step`` (it stopped, paused, or ran every step)."""
@@ -606,8 +453,3 @@ class TrainingRun:
     @property
     def turns(self) -> int:
         return self.config.rollout.turns
-
-    def step_files(self, step: int) -> Mapping[str, Path]:
-        """The step's folder and main files (for the flow's artifacts and logs)."""
-        folder = self._dir(step)
-        return {"folder": folder, "rollout": folder / "rollout", "report": folder / "report.md"}

@@ -190,6 +190,9 @@ class HFPolicy:
             return
         self._generator, self._pending_state = None, state["generator"]
 
+    def close(self) -> None:
+        """Nothing to release: the model is the trainer's (``Policy.close``)."""
+
     # -- generation
 
     def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:

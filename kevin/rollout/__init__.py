@@ -16,7 +16,7 @@ from kevin.records.rollout import (
     save_turns,
 )
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import RolloutStore, load_rollout, run_rollouts, run_turn
+from kevin.rollout.loop import RolloutStore, load_rollout, run_rollouts
 from kevin.rollout.parsing import ParsedResponse, opens_reasoning, parse_response, template_opens_reasoning
 from kevin.rollout.stages import TurnStages
 from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, approx_tokens, tokenizer_counter
@@ -42,7 +42,6 @@ __all__ = [
     "opens_reasoning",
     "parse_response",
     "run_rollouts",
-    "run_turn",
     "save_records",
     "save_turns",
     "template_opens_reasoning",

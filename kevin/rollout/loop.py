@@ -1,6 +1,7 @@
-"""The multi-turn rollout loop: m trajectories x n turns for every task.
+"""The multi-turn rollout loop: m trajectories x n turns for every task, and the storage of a rollout directory.
 
-Per turn: build the prompt of every live trajectory of every task, generate them as ONE batch (the
+``run_rollouts`` drives the turn stages of ``kevin.rollout.stages`` (the ones the training flow runs one by one),
+so there is one engine for a turn. Per turn: build the prompt of every live trajectory of every task, generate them as ONE batch (the
 backend batches or parallelises them; each prompt goes out as a ``Prompt`` record, messages and their
 rendering, so a chat endpoint gets the messages and never a rendered template), parse every response
 (told whether its prompt opened the reasoning), evaluate every parsed kernel as ONE batch
@@ -23,17 +24,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import tempfile
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 from kevin.records.evaluation import Candidate, EvalResult
-from kevin.records.generation import GenerationOut, Prompt
+from kevin.policy.protocol import Generate
+from kevin.records.generation import GenerationOut
 from kevin.records.jsonl import atomic_write_text
 from kevin.records.rollout import Trajectory, Turn, group_trajectories, load_turns, save_turns
 from kevin.records.verdicts import feedback_line, parse_error_verdict
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.parsing import ParsedResponse, parse_response
-from kevin.rollout.prompts import Attempt, PromptBuilder, PromptContext, TokenCounter
+from kevin.rollout.parsing import ParsedResponse
+from kevin.rollout.prompts import Attempt, PromptContext, TokenCounter
 from kevin.tasks.task import Task
 
 log = logging.getLogger(__name__)
@@ -43,12 +46,6 @@ FORMAT_VERSION = 1
 
 RESUME_MAY_CHANGE = frozenset({"show_progress"})
 """RolloutConfig fields a resume may change: they alter nothing that a turn records."""
-
-
-class Generate(Protocol):
-    """A policy backend: one response per prompt, in order (``kevin.policy``'s backends, or a test's fake)."""
-
-    def __call__(self, prompts: list[Prompt]) -> list[GenerationOut]: ...
 
 
 Evaluate = Callable[[list[tuple[Task, Candidate]]], list[EvalResult]]
@@ -198,25 +195,6 @@ def make_turn(task: Task, traj: Trajectory, turn: int, ctx: PromptContext, out: 
     )
 
 
-def run_turn(turn: int, live: list[tuple[Task, Trajectory]], generate: Generate, evaluate: Evaluate,
-             builder: PromptBuilder, backend: str) -> list[Turn]:
-    """One turn for every live trajectory: one generate() batch, one evaluate() batch. Turns in ``live`` order."""
-    contexts = [builder.build(task, past_attempts(traj)) for task, traj in live]
-    over = sum(c.over_budget for c in contexts)
-    if over:
-        log.warning("turn %d: %d prompts exceed max_prompt_tokens=%d even without earlier attempts",
-                    turn, over, builder.max_prompt_tokens)
-    outs = list(generate([c.prompt_for(task.task_id, traj.index) for c, (task, traj) in zip(contexts, live)]))
-    if len(outs) != len(contexts):
-        raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
-    parsed = [parse_response(o.text, truncated=o.truncated, reasoning_open=c.reasoning_open)
-              for o, c in zip(outs, contexts)]
-    results = evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn, evaluate, backend)
-    assert builder.count_tokens is not None  # set by PromptBuilder.__post_init__
-    return [make_turn(task, traj, turn, ctx, out, p, r, builder.count_tokens)
-            for (task, traj), ctx, out, p, r in zip(live, contexts, outs, parsed, results)]
-
-
 def update_stop(traj: Trajectory, config: RolloutConfig) -> None:
     """Mark a trajectory stopped once it produced a correct kernel at or above the target speedup."""
     target = config.early_stop_speedup
@@ -264,44 +242,48 @@ def run_rollouts(
     ``tokenizer`` renders prompts with its chat template (and counts tokens unless ``count_tokens`` is
     given); without one, prompts are the plain message text. With ``out_dir`` every finished turn is on
     disk before the next starts; ``resume=True`` continues a directory's rollout after its last turn.
+
+    A driver over the turn stages the training flow runs (``kevin.rollout.stages.TurnStages``): one engine writes
+    every turn. The stages' own files (generated, parsed, verdicts) are scratch here: each turn's are removed once
+    its records are written, and those of a turn a crash interrupted are dropped, so a resume redoes that turn and
+    the directory holds only ``rollout.json`` and the turn files. Without ``out_dir`` the stages run in a temporary
+    folder.
     """
+    from kevin.rollout.stages import TurnStages  # stages builds on this module's storage: imported at the call
+
     config = config or RolloutConfig()
     _check_tasks(tasks)
-    builder = PromptBuilder(backend=config.backend, max_prompt_tokens=config.max_prompt_tokens, tokenizer=tokenizer,
-                            count_tokens=count_tokens, profile=config.profile, include_example=config.include_example,
-                            system_prompt=config.system_prompt, reasoning_open=config.prompt_opens_reasoning,
-                            style=config.prompt_style)
-    trajectories = {(task.task_id, j): Trajectory(task_id=task.task_id, index=j)
-                    for task in tasks for j in range(config.trajectories)}
-    store = RolloutStore(out_dir, config, tasks) if out_dir is not None else None
-    start = 0
-    if store is not None:
-        for turn in store.start(resume):
-            trajectories[(turn.task_id, turn.trajectory)].turns.append(turn)
-        start = max((len(t.turns) for t in trajectories.values()), default=0)
-        for traj in trajectories.values():
-            update_stop(traj, config)
+    if out_dir is None:
+        with tempfile.TemporaryDirectory(prefix="kevin-rollout-") as scratch:
+            return run_rollouts(tasks, generate, evaluate, config, tokenizer=tokenizer, count_tokens=count_tokens,
+                                out_dir=scratch)
+    out = Path(out_dir)
+    _drop_stage_files(out, len(_completed_turn_files(out)) if out.is_dir() else 0)
+    stages = TurnStages(out, tasks, config, tokenizer=tokenizer, count_tokens=count_tokens, resume=resume)
+    bar = _progress(config, stages.turns_done)
 
-    bar = _progress(config, start)
-    by_id = {task.task_id: task for task in tasks}
-    done = start
-    for turn in range(start, config.turns):
-        live = [(by_id[tid], traj) for (tid, _), traj in trajectories.items() if not traj.stopped]
-        if not live:
+    def judge(items: list[tuple[Task, Candidate]], progress: Any = None) -> list[EvalResult]:
+        return evaluate(items)  # a plain Evaluate reports no progress: the stage records its verdicts after it
+
+    for turn in range(stages.turns_done, config.turns):
+        if stages.generate(turn, generate) is None:  # every trajectory stopped early
             break
-        turns = run_turn(turn, live, generate, evaluate, builder, config.backend)
-        for (_, traj), record in zip(live, turns):
-            traj.turns.append(record)
-            update_stop(traj, config)
-        if store is not None:
-            store.save_turn(turn, turns)
-        done = turn + 1
-        _log_turn(turn, config, turns, bar)
-    if store is not None:
-        store.finish(done)
+        stages.parse(turn)
+        stages.evaluate(turn, judge)
+        _drop_stage_files(out, turn)
+        _log_turn(turn, config, [t for traj in stages.trajectories() for t in traj.turns if t.turn == turn], bar)
     if bar is not None:
         bar.close()
-    return list(trajectories.values())
+    return stages.trajectories()
+
+
+STAGE_FILES = ("generated", "parsed", "verdicts")
+"""The stage files of a turn (``kevin.rollout.stages``), scratch for ``run_rollouts``."""
+
+
+def _drop_stage_files(out_dir: Path, turn: int) -> None:
+    for stage in STAGE_FILES:
+        (out_dir / f"{stage}_{turn:03d}.jsonl").unlink(missing_ok=True)
 
 
 def _log_turn(turn: int, config: RolloutConfig, turns: list[Turn], bar: Any) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from kevin.policy.protocol import Policy
 from kevin.records.generation import GenerationOut, Prompt
 from kevin.rollout.prompts import Attempt, resolved_profile, turn_user_message
 from kevin.tasks import bundled_solution_path, bundled_solutions_dir, bundled_tasks_dir
@@ -129,7 +130,7 @@ class ReferenceReplay:
     step, one process's share).
     """
 
-    def __init__(self, policy: Any, tasks: Sequence[Task], trajectories: int, replayed: int, backend: str,
+    def __init__(self, policy: Policy, tasks: Sequence[Task], trajectories: int, replayed: int, backend: str,
                  profile: str = ""):
         if not 0 <= replayed <= trajectories:
             raise ValueError(f"replayed must be in [0, {trajectories}], got {replayed}")
@@ -163,13 +164,13 @@ class ReferenceReplay:
         self.policy.set_max_response_tokens(tokens)
 
     def state_dict(self) -> dict[str, Any]:
-        state = getattr(self.policy, "state_dict", None)
-        return state() if state is not None else {}
+        return self.policy.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        load = getattr(self.policy, "load_state_dict", None)
-        if load is not None:
-            load(state)
+        self.policy.load_state_dict(state)
+
+    def close(self) -> None:
+        self.policy.close()
 
     def _all_responses(self) -> dict[str, str]:
         return {tid: self._response(tid) for tid in self.tasks}
@@ -223,7 +224,7 @@ class ReferenceReplay:
         return [o for o in outs if o is not None]
 
 
-def replay_references(policy: Any, run: Any, tasks: Sequence[Task]) -> ReferenceReplay:
+def replay_references(policy: Policy, run: Any, tasks: Sequence[Task]) -> ReferenceReplay:
     """A ``policy.wrap`` for training runs (``policy.wrap: kevin.rollout.replay:replay_references``): half of each
     task's trajectories (rounded up) replay the bundled reference solution, so even a model that writes no kernel
     yet gets rewards and advantages to learn from. Used by the GPU training-step script and the tests; a real

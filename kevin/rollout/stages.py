@@ -1,9 +1,9 @@
 """One turn of the rollout as three file-to-file stages: generate, parse, evaluate.
 
-``run_rollouts`` (loop.py) runs a whole rollout in one call. An orchestrator that runs each stage as its own
-task, retries a failed generation, and must lose no judged kernel when it is killed, uses ``TurnStages``
-instead: every stage reads the files of the stage before it and writes its own, and a stage whose output
-is already on disk is not run again. In the rollout directory (next to loop.py's ``rollout.json`` and
+These stages are the one engine of a turn: ``run_rollouts`` (loop.py) drives them through a whole rollout in one
+call, and an orchestrator that runs each stage as its own task, retries a failed generation, and must lose no
+judged kernel when it is killed (the training flow) calls them one by one: every stage reads the files of the
+stage before it and writes its own, and a stage whose output is already on disk is not run again. In the rollout directory (next to loop.py's ``rollout.json`` and
 ``turn_NNN.jsonl``)::
 
     generated_NNN.jsonl   per live trajectory: the prompt as built (messages, rendering, tokens, attempts kept
@@ -120,11 +120,12 @@ class TurnStages:
     rolled out with the same settings and tasks: ``RolloutStore``). ``tokenizer`` renders prompts with the chat
     template and counts their tokens (as in ``run_rollouts``). ``trajectory_indices`` keeps only those trajectories
     of every task (one wave of a step, ``kevin.rollout.waves``); None keeps all ``config.trajectories``.
+    ``resume=False`` refuses a directory that already holds finished turns (``run_rollouts(resume=False)``).
     """
 
     def __init__(self, out_dir: str | Path, tasks: Sequence[Task], config: RolloutConfig, *,
                  tokenizer: Any | None = None, count_tokens: TokenCounter | None = None,
-                 trajectory_indices: Sequence[int] | None = None):
+                 trajectory_indices: Sequence[int] | None = None, resume: bool = True):
         self.out_dir = Path(out_dir)
         self.tasks = list(tasks)
         self.by_id = {t.task_id: t for t in self.tasks}
@@ -144,7 +145,7 @@ class TurnStages:
                               for t in self.tasks for j in indices}
         self._after: list[list[Trajectory]] = []  # per finished turn: every slot's history right after it
         by_turn: dict[int, list[Turn]] = {}
-        for record in self.store.start(resume=True):
+        for record in self.store.start(resume=resume):
             by_turn.setdefault(record.turn, []).append(record)
         # Replayed turn by turn: a branch recorded after turn t rewires the histories before turn t+1's records.
         for turn in sorted(by_turn):

@@ -44,7 +44,7 @@ from kevin.rollout.loop import Evaluate, Generate, evaluate_turn, make_turn, pas
 from kevin.rollout.parsing import parse_response
 from kevin.rollout.prompts import PromptBuilder
 from kevin.tasks.task import Task
-from kevin.training.step import build_samples, check_policy, rollout_metrics
+from kevin.training.step import build_samples, check_policy, grpo_update, rollout_metrics
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class DistributedStep:
         with self._timed(seconds, "aggregate"):
             samples = build_samples(trajectories, self.rewards, self.tokenizer)
         with self._timed(seconds, "update"):
-            metrics = self.trainer.update(samples) if samples else []
+            metrics = grpo_update(self.trainer, samples)
         path = None
         if checkpoint_dir is not None:
             with self._timed(seconds, "checkpoint"):

@@ -13,16 +13,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
 
 import torch
+
+from kevin.policy.protocol import LengthLimited, Sampling, Tokenizing
 
 from kevin.records.rollout import TrainingSample, Trajectory, Turn, save_records
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
 from kevin.rollout.loop import Evaluate, Generate, run_rollouts
 
-__all__ = ["StepResult", "build_samples", "check_policy", "rollout_metrics", "train_step"]
+if TYPE_CHECKING:
+    from kevin.training.config import TrainConfig
+
+__all__ = ["StepResult", "StepTrainer", "apply_response_limit", "build_samples", "check_policy", "rollout_metrics",
+           "grpo_update", "save_samples", "train_step"]
 
 SAMPLES_FILE = "samples.jsonl"
 ROLLOUT_DIR = "rollout"
@@ -49,7 +55,7 @@ def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int],
         prompt = tokenizer.encode(turn.prompt, add_special_tokens=False)
     if not response:
         response = tokenizer.encode(turn.response, add_special_tokens=False)
-        eos = getattr(tokenizer, "eos_token_id", None)
+        eos = tokenizer.eos_token_id
         if not turn.truncated and eos is not None:
             response.append(int(eos))  # the response ended by choice: train the model to stop there too
         logprobs = None  # server log-probs would not line up with our own tokenization
@@ -85,6 +91,16 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
     return samples
 
 
+def save_samples(step_dir: str | Path, samples: Sequence[TrainingSample]) -> Path:
+    """The step's samples in ``samples.jsonl``, written before the update reads them (a redone step trains on them)."""
+    return save_records(Path(step_dir) / SAMPLES_FILE, samples)
+
+
+def grpo_update(trainer: StepTrainer, samples: Sequence[TrainingSample]) -> list[dict[str, float]]:
+    """The GRPO update of a step; a step without samples makes no optimiser step (no metrics)."""
+    return trainer.update(samples) if samples else []
+
+
 def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """Means over all turns: score, correct, parse errors, truncation, response tokens; best score per trajectory."""
     turns = [t for traj in trajectories for t in traj.turns]
@@ -102,6 +118,16 @@ def rollout_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
+class StepTrainer(Protocol):
+    """What a training step calls on its trainer (``GRPOTrainer``, or a benchmark's timing wrapper of one): the
+    config its checks read (temperature, loss, response limit) and the update."""
+
+    @property
+    def config(self) -> TrainConfig: ...
+
+    def update(self, samples: Sequence[TrainingSample]) -> list[dict[str, float]]: ...
+
+
 @dataclass
 class StepResult:
     """What one training step produced."""
@@ -115,7 +141,7 @@ class StepResult:
 
 
 def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, reward_cfg: RewardConfig,
-               rollout_cfg: RolloutConfig, trainer: Any, *, out_dir: str | Path | None = None,
+               rollout_cfg: RolloutConfig, trainer: StepTrainer, *, out_dir: str | Path | None = None,
                tokenizer: Any | None = None, rollout_fn: Callable[..., list[Trajectory]] = run_rollouts,
                max_response_tokens: int | None = None) -> StepResult:
     """Roll out ``tasks`` with ``policy``, score with ``evaluate``, and make one ``trainer.update``.
@@ -130,50 +156,53 @@ def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, rewar
     (``set_max_response_tokens``) before the rollout. Either way the policy's limit is checked against the
     trainer's: at least the loss's Dr-GRPO constant, at most the longest completion the trainer accepts.
     """
-    tokenizer = tokenizer if tokenizer is not None else getattr(policy, "tokenizer", None)
-    _check_temperatures(policy, trainer)
-    if max_response_tokens is not None:
-        setter = getattr(policy, "set_max_response_tokens", None)
-        if setter is None:
-            raise TypeError(f"{type(policy).__name__} has no set_max_response_tokens: it cannot follow a length "
-                            "schedule; build it with the step's limit and leave max_response_tokens unset")
-        setter(max_response_tokens)
-    _check_lengths(policy, trainer)
+    if tokenizer is None and isinstance(policy, Tokenizing):
+        tokenizer = policy.tokenizer
+    apply_response_limit(policy, trainer, max_response_tokens)
     out = Path(out_dir) if out_dir is not None else None
     trajectories = rollout_fn(tasks, policy, evaluate, rollout_cfg, tokenizer=tokenizer,
                               out_dir=out / ROLLOUT_DIR if out is not None else None, resume=out is not None)
     samples = build_samples(trajectories, reward_cfg, tokenizer)
-    path = save_records(out / SAMPLES_FILE, samples) if out is not None else None
-    metrics = trainer.update(samples) if samples else []
+    path = save_samples(out, samples) if out is not None else None
+    metrics = grpo_update(trainer, samples)
     return StepResult(trajectories=trajectories, samples=samples, update_metrics=metrics,
                       rollout_metrics=rollout_metrics(trajectories), samples_path=path)
 
 
-def check_policy(policy: Any, trainer: Any) -> None:
-    """Refuse a policy whose samples the trainer would score wrongly: another temperature, or a response length
-    limit that does not fit the loss's Dr-GRPO constant and the trainer's longest completion."""
+def apply_response_limit(policy: Generate, trainer: StepTrainer, tokens: int | None) -> None:
+    """The one place a step's response length limit (``RunConfig.response_tokens_at(step)``, which a length schedule
+    raises) reaches the policy: set it (None: keep the policy's own), then check the policy against the trainer."""
     _check_temperatures(policy, trainer)
+    if tokens is not None:
+        if not isinstance(policy, LengthLimited):
+            raise TypeError(f"{type(policy).__name__} has no set_max_response_tokens: it cannot follow a length "
+                            "schedule; build it with the step's limit and leave max_response_tokens unset")
+        policy.set_max_response_tokens(tokens)
     _check_lengths(policy, trainer)
 
 
-def _check_temperatures(policy: Any, trainer: Any) -> None:
+def check_policy(policy: Generate, trainer: StepTrainer) -> None:
+    """Refuse a policy whose samples the trainer would score wrongly: another temperature, or a response length
+    limit that does not fit the loss's Dr-GRPO constant and the trainer's longest completion."""
+    apply_response_limit(policy, trainer, None)
+
+
+def _check_temperatures(policy: Generate, trainer: StepTrainer) -> None:
     """The trainer's log-probs must be those of the distribution the policy sampled from."""
-    sampling = getattr(getattr(policy, "config", None), "temperature", None)
-    training = getattr(getattr(trainer, "config", None), "temperature", None)
+    sampling = policy.config.temperature if isinstance(policy, Sampling) and policy.config is not None else None
+    training = trainer.config.temperature
     if sampling and training and abs(float(sampling) - float(training)) > 1e-9:
         raise ValueError(f"the policy samples at temperature {sampling} but the trainer computes log-probs at "
                          f"{training}; set train.temperature to the sampling temperature")
 
 
-def _check_lengths(policy: Any, trainer: Any) -> None:
+def _check_lengths(policy: Generate, trainer: StepTrainer) -> None:
     """The Dr-GRPO loss divides every sequence's token sum by a constant that must be the response length limit:
     a constant 16x the limit makes the loss (and how often the gradient clip bites) 16x off."""
-    limit = getattr(policy, "max_response_tokens", None)
-    config = getattr(trainer, "config", None)
-    loss = getattr(config, "loss", None)
-    if limit is None or loss is None:
+    if not isinstance(policy, LengthLimited):
         return
-    constant, accepted = loss.max_completion_length, getattr(config, "response_limit", loss.max_completion_length)
+    limit, loss = policy.max_response_tokens, trainer.config.loss
+    constant, accepted = loss.max_completion_length, trainer.config.response_limit
     if loss.aggregation == "dr_grpo" and limit < constant:
         raise ValueError(f"the policy stops responses at {limit} tokens but the loss divides by "
                          f"loss.max_completion_length = {constant} (Dr-GRPO's constant), which would make the loss "
