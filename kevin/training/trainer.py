@@ -230,7 +230,7 @@ class GRPOTrainer:
             cur = self._logprobs(self.model, batch, with_entropy=True)
             logp, mask = cur.logprobs, cur.mask  # [b, T] float32, [b, T] bool
             width = logp.shape[1]
-            old = self._old_logprobs(samples, chunk, logp, old_logprobs, totals)
+            old = self._chunk_old_logprobs(samples, chunk, logp, old_logprobs, totals)
             adv = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logp.device)  # [b]
             ref = self._reference_logprobs(batch)[:, :width] if cfg.loss.needs_reference else None
             loss, metrics = policy_loss(logp, old, adv, mask, cfg.loss, logp_ref=ref, num_sequences=num_sequences,
@@ -250,8 +250,8 @@ class GRPOTrainer:
             totals = self._sum_totals(totals)
         return _step_metrics(totals, num_sequences, num_tokens, trained=len(active), on_policy=on_policy)
 
-    def _old_logprobs(self, samples: Sequence[TrainingSample], chunk: Sequence[int], logp: torch.Tensor,
-                      old_logprobs: dict[int, torch.Tensor], totals: _StepTotals) -> torch.Tensor:
+    def _chunk_old_logprobs(self, samples: Sequence[TrainingSample], chunk: Sequence[int], logp: torch.Tensor,
+                            old_logprobs: dict[int, torch.Tensor], totals: _StepTotals) -> torch.Tensor:
         """The behaviour policy's log-probs of a micro-batch, [b, T] like ``logp``: the stored ones, or for a sample
         seen for the first time this step its current ones (on-policy), stored for the later optimiser steps and
         compared with what the rollout recorded."""
