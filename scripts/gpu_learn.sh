@@ -10,7 +10,7 @@
 #
 #   here:      bash scripts/gpu_learn.sh prepare [RUN_BACK]   # prints the calls (RUN_BACK: files a call returned)
 #   calls 1..: carry [".carry/call_N"]   bash scripts/gpu_learn.sh carried     (every call folder but the last)
-#   last one:  carry [".carry/call_N"]   bash scripts/gpu_learn.sh train       (or sft, the first time)
+#   last one:  carry [".carry/call_N"]   bash scripts/gpu_learn.sh train       (or sft, the first time; or check)
 #   then:      carry []                  bash scripts/gpu_learn.sh train       (still warm), and at the end `eval`
 #
 # Every call folder holds the same MANIFEST; a stage that finds a piece missing names the calls still to make.
@@ -27,14 +27,18 @@
 # and the rollouts of steps after the newest checkpoint (a resume redoes those from their files); the rollouts of
 # checkpointed steps stay here.
 set -uo pipefail
-STAGE=${1:?usage: gpu_learn.sh prepare|carried|sft|train|eval}
+STAGE=${1:?usage: gpu_learn.sh prepare|carried|check|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
+# LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
+# LEARN=configs/h200_learn.yaml; the default is the second (a cut-off answer scores 0). Both share the warm start.
+LEARN=${LEARN:-configs/h200_learn_zero.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
-RUN=outputs/h200-learn SFT=outputs/h200-sft
+[ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
+RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1) SFT=outputs/h200-sft
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 
 pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
-  local keep=(); for p in "$SFT" "$RUN" outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
+  local keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
   rm -f "$OUT"/run.tar.part-*
   [ ${#keep[@]} -eq 0 ] && return 0
   tar --exclude='*/trainer' -czf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
@@ -129,6 +133,12 @@ case "$STAGE" in
     fi
     cat "$SFT/sft.json"; echo
     pack_run ;;
+  check)
+    # Every piece carried: the wheels installed (capstone among them, which the judge's native-code checks use), then
+    # the GPU tests named in TESTS (e.g. the hostile suite, tests/gpu/test_cuda_sandbox.py) before a run relies on them.
+    device_setup
+    python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf ${TESTS:-tests/gpu/test_cuda_sandbox.py} 2>&1 \
+      | grep -v -i warn | tee "$OUT/check.log" | tail -40 ;;
   carried)
     du -sh .carry/call_* 2>/dev/null; nvidia-smi -L
     # TESTS: GPU tests worth the call's spare seconds (e.g. tests/policy/test_hf_gpu.py before a run that relies on it).
@@ -148,15 +158,18 @@ case "$STAGE" in
     # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the
     # train tasks and/or the held-out eval tasks; one try per task (1x1).
     device_setup
+    # BUDGET: trajectories x turns per task (1x1 by default; 1x2 lets the second turn answer the first's feedback).
+    budget=${BUDGET:-1x1}; suffix=; [ "$budget" = 1x1 ] || suffix=-$budget
     for which in ${WHICH:-start last}; do
       for side in ${SIDES:-train eval}; do
-        dir=outputs/h200-eval-$which-$side
+        # the warm start's evaluations are shared by the runs that start from it
+        dir=$RUN-eval-$which-$side$suffix; [ "$which" = start ] && dir=outputs/h200-eval-start-$side$suffix
         [ -f "$dir/report.json" ] && continue
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
         timeout ${EVAL_S:-270} python3 -m kevin_cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
           --set evaluate.name=$which-$side --set evaluate.output_dir=$dir --set evaluate.tasks=$side \
-          --set "analysis.budget_splits=[1x1]" --set "analysis.pass_ks=[1]" 2>&1 | grep --line-buffered -v '━' \
-          | tee "$OUT/eval-$which-$side.log" | tail -25
+          --set "analysis.budget_splits=[$budget]" --set "analysis.pass_ks=[1]" 2>&1 \
+          | grep --line-buffered -v '━' | tee "$OUT/eval-$which-$side$suffix.log" | tail -25
       done
     done
     pack_run ;;
