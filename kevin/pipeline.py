@@ -100,19 +100,33 @@ def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
-    """Every judged kernel in the run's step rollouts (``steps/step_N/rollout/**/verdicts_TTT.jsonl``), each verdict
-    with its 0-based ``step`` and ``turn`` added. Steps whose rollouts are gone (a run moved without them) give none;
-    a line cut off by a kill is skipped, as the rollout's own resume does."""
+    """Every judged kernel in the run's step rollouts, each verdict with its 0-based ``step`` and ``turn`` added.
+    A finished turn's records (``steps/step_N/rollout/**/turn_TTT.jsonl``) also say whether the answer was cut off
+    at the length limit (``truncated``); a turn whose records were never written (a step killed while it was judged)
+    gives its verdicts alone (``verdicts_TTT.jsonl``). Steps whose rollouts are gone (a run moved without them) give
+    none; a line cut off by a kill is skipped, as the rollout's own resume does."""
     found = []
     for path in sorted((Path(out_dir) / "steps").glob("step_*/rollout/**/verdicts_*.jsonl")):
         step_dir = next(p for p in path.parents if p.name.startswith("step_"))
         step, turn = int(step_dir.name.split("_")[1]), int(path.stem.split("_")[1])
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                found.append({**json.loads(line), "step": step, "turn": turn})
-            except json.JSONDecodeError:
-                continue
+        records = path.with_name(f"turn_{turn:03d}.jsonl")
+        if records.is_file():
+            found.extend({**row["result"], "truncated": bool(row.get("truncated")), "step": step, "turn": turn}
+                         for row in _json_lines(records) if isinstance(row.get("result"), dict))
+        else:
+            found.extend({**row, "step": step, "turn": turn} for row in _json_lines(path))
     return found
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file, less a line cut off by a kill."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def write_json(path: str | Path, data: Any) -> Path:

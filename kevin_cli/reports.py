@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -70,30 +70,76 @@ def learning_cmd(
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
     a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
     task by task, each train task's correct share and score at its last draw against its first."""
-    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, task_gain, window_gain
-    from kevin.pipeline import read_step_summaries, write_csv, write_json
+    from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, turn_step_rows
+    from kevin.pipeline import read_step_summaries, read_step_verdicts, write_csv, write_json
 
     summaries = read_step_summaries(run_dir)
     rows = learning_rows(summaries)
     if not rows:
         die(f"{run_dir} holds no finished training step (steps/step_N/summary.json)")
+    verdicts = read_step_verdicts(run_dir)
+    answers = {r["step"]: r for r in turn_step_rows(verdicts)}
+    for row in rows:  # what each turn's answers did, for the steps whose rollouts are here
+        row.update({k: v for k, v in answers.get(row["step"], {}).items() if k != "step"})
     out = out or run_dir / "plots"
     extra = sorted({k for r in rows for k in r} - set(LEARNING_FIELDS))
     write_csv(out / "learning.csv", rows, [*LEARNING_FIELDS, *extra])
+    _say_steps(rows)
+    gain = _window(summaries, rows, window)
+    paired = _task_gains(summaries)
+    per_turn = _turn_gains(verdicts, len(rows))
+    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
+                                       "per_task": {k: v.to_dict() for k, v in paired.items()},
+                                       "per_task_turn": per_turn})
+    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
+    typer.echo(f"plot: {plot}")
+
+
+def _say_steps(rows: list[dict[str, Any]]) -> None:
+    """The per-step table: scores and how far the update moved; then, where the rollouts are here, each turn's
+    shares of answers cut off at the length limit and of parse errors."""
     for row in rows:
-        turns = "  ".join(f"t{k.rsplit('_', 1)[1]} {row[k]:.3f}" for k in extra if k.startswith("score_mean_turn_"))
+        turns = "  ".join(f"t{k.rsplit('_', 1)[1]} {row[k]:.3f}" for k in sorted(row)
+                          if k.startswith("score_mean_turn_"))
         moved = (f"  lr {row['lr']:.1e}  kl {row['policy_kl']:.1e}  entropy {row['entropy']:.3f}"
                  + (f"  skipped {row['skipped_steps']}" if row["skipped_steps"] else "")) if "lr" in row else ""
         typer.echo(f"step {row['step']:3d}  kernels {row['kernels']:3d}  correct {row['correct_share']:.3f}  "
                    f"score {row['score_mean']:.3f}  ({turns}){moved}")
-    gain = None
+    held = [r for r in rows if any(k.startswith("parse_error_share_turn_") for k in r)]
+    if held:
+        typer.echo("answers per turn (share cut off at the length limit / share of parse errors):")
+    for row in held:
+        turns = sorted(int(k.rsplit("_", 1)[1]) for k in row if k.startswith("parse_error_share_turn_"))
+        cells = "  ".join(f"t{n} {_share(row.get(f'truncated_share_turn_{n}'))}/"
+                          f"{row[f'parse_error_share_turn_{n}']:.2f}" for n in turns)
+        typer.echo(f"step {row['step']:3d}  {cells}")
+
+
+def _share(value: float | None) -> str:
+    return "  ? " if value is None else f"{value:.2f}"
+
+
+def _window(summaries: list[dict[str, Any]], rows: list[dict[str, Any]], window: int) -> Any:
+    """The first and last windows' mean scores with their interval, and whether the windows drew the same tasks."""
+    from kevin.analysis.learning import window_gain, window_tasks
+
     try:
         gain = window_gain([r["score_mean"] for r in rows], window)
     except ValueError as exc:
         typer.echo(f"no comparison of first and last steps: {exc}")
-    if gain is not None:
-        typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
-                   f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: {gain.verdict}")
+        return None
+    typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
+               f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: {gain.verdict}")
+    first, last, both = window_tasks(summaries, window)
+    if both < max(first, last):
+        typer.echo(f"  the windows drew different tasks (first {first}, last {last}, {both} in both): this gain "
+                   "mixes which tasks were drawn with what the policy learned; the task-by-task figures pair them")
+    return gain
+
+
+def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    from kevin.analysis.learning import task_gain
+
     paired = {}
     for metric in ("correct_share", "score_mean"):
         try:
@@ -102,12 +148,7 @@ def learning_cmd(
             typer.echo(f"no task-by-task comparison of {metric}: {exc}")
             continue
         _say_paired(metric, paired[metric])
-    per_turn = _turn_gains(run_dir, len(rows))
-    write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
-                                       "per_task": {k: v.to_dict() for k, v in paired.items()},
-                                       "per_task_turn": per_turn})
-    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
-    typer.echo(f"plot: {plot}")
+    return paired
 
 
 def _say_paired(label: str, p: Any) -> None:
@@ -115,12 +156,10 @@ def _say_paired(label: str, p: Any) -> None:
                f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: {p.verdict}")
 
 
-def _turn_gains(run_dir: Path, steps: int) -> dict[str, Any]:
+def _turn_gains(verdicts: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     """Task by task per turn, from the judged kernels of the steps whose rollouts the run folder still holds."""
     from kevin.analysis.learning import TURN_METRICS, turn_task_gain
-    from kevin.pipeline import read_step_verdicts
 
-    verdicts = read_step_verdicts(run_dir)
     held = len({v["step"] for v in verdicts})
     if held < steps:
         typer.echo(f"per turn: the rollouts of {held} of {steps} steps are here (the others travelled without them)")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
-           "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_task_gain", "turn_task_visits",
-           "window_gain"]
+           "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_step_rows", "turn_task_gain",
+           "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -148,6 +148,17 @@ def window_gain(values: Sequence[float], window: int = 5, *, level: float = 0.9,
     return WindowGain(first=_mean(first), last=_mean(last), low=low, high=high, window=window)
 
 
+def window_tasks(summaries: Sequence[Mapping[str, Any]], window: int = 5) -> tuple[int, int, int]:
+    """How many distinct tasks the first ``window`` steps drew, how many the last ``window`` drew, and how many
+    both did (``summaries`` in step order). The window means of ``window_gain`` compare like with like only when
+    the windows drew the same tasks; within one epoch of the task sampler they share none."""
+    def drawn(part: Sequence[Mapping[str, Any]]) -> set[str]:
+        return {str(row["task"]) for summary in part for row in summary.get("tasks", [])}
+
+    first, last = drawn(summaries[:window]), drawn(summaries[-window:])
+    return len(first), len(last), len(first & last)
+
+
 def _task_figure(row: Mapping[str, Any], metric: str) -> float | None:
     kernels = int(row.get("kernels", 0))
     if metric == "correct_share":
@@ -189,9 +200,41 @@ def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_sha
     return TaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks)
 
 
-TURN_METRICS = ("correct_share", "parse_error_share", "score_mean")
+TURN_METRICS = ("correct_share", "parse_error_share", "truncated_share", "score_mean")
 """What ``turn_task_gain`` compares of one turn's kernels of a task in one step: the share judged correct, the share
-that did not parse (the answer format lost), and the mean kernel score."""
+that did not parse (the answer format lost), the share of answers cut off at the length limit (known for the turns
+whose records the rollout wrote; kernels without it are left out of this figure), and the mean kernel score."""
+
+
+def _turn_figure(group: Sequence[Mapping[str, Any]], metric: str) -> float | None:
+    """``metric`` (one of ``TURN_METRICS``) over one turn's judged kernels of a task in a step; None when unknown."""
+    if metric == "score_mean":
+        return _mean([float(v["score"]) for v in group])
+    if metric == "truncated_share":
+        known = [bool(v["truncated"]) for v in group if "truncated" in v]
+        return sum(known) / len(known) if known else None
+    status = "correct" if metric == "correct_share" else "parse_error"
+    return sum(v["status"] == status for v in group) / len(group)
+
+
+def turn_step_rows(verdicts: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per step (1-based ``step``) that has judged kernels, every turn's ``TURN_METRICS`` as ``<metric>_turn_N``
+    (1-based N) beside ``kernels_turn_N``: what each turn's answers did at each step, across all the step's tasks
+    (``truncated_share_turn_N`` only where the turns' records say it)."""
+    groups: dict[int, dict[int, list[Mapping[str, Any]]]] = {}
+    for v in verdicts:
+        groups.setdefault(int(v["step"]), {}).setdefault(int(v["turn"]), []).append(v)
+    rows = []
+    for step, turns in sorted(groups.items()):
+        row: dict[str, Any] = {"step": step + 1}
+        for turn, group in sorted(turns.items()):
+            row[f"kernels_turn_{turn + 1}"] = len(group)
+            for metric in TURN_METRICS:
+                value = _turn_figure(group, metric)
+                if value is not None:
+                    row[f"{metric}_turn_{turn + 1}"] = value
+        rows.append(row)
+    return rows
 
 
 @dataclass(frozen=True)
@@ -215,12 +258,9 @@ def turn_task_visits(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: s
             kernels.setdefault((int(v["step"]), str(v["task_id"])), []).append(v)
     visits: dict[str, list[float]] = {}
     for (_, task), group in sorted(kernels.items()):
-        if metric == "score_mean":
-            value = _mean([float(v["score"]) for v in group])
-        else:
-            status = "correct" if metric == "correct_share" else "parse_error"
-            value = sum(v["status"] == status for v in group) / len(group)
-        visits.setdefault(task, []).append(value)
+        value = _turn_figure(group, metric)
+        if value is not None:
+            visits.setdefault(task, []).append(value)
     return visits
 
 
@@ -234,16 +274,19 @@ def turn_task_gain(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
                   gain: WindowGain | None = None) -> Path:
-    """Two panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``,
-    the first and last windows' means drawn over their steps. Saved as PNG at ``path``."""
+    """Panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``, the
+    first and last windows' means drawn over their steps; where the rows carry them (``turn_step_rows`` merged in),
+    a third panel of each turn's share of answers cut off at the length limit and of parse errors. Saved as PNG."""
     from matplotlib.figure import Figure
 
     from kevin.monitor import whole_step_axis
 
     steps = [int(r["step"]) for r in rows]
     turns = sorted({int(k.rsplit("_", 1)[1]) for r in rows for k in r if k.startswith("score_mean_turn_")})
-    fig = Figure(figsize=(10, 4.2), layout="constrained")
-    for ax, key, label in zip(fig.subplots(1, 2), ("score_mean", "correct_share"), ("mean kernel score", "correct share")):
+    answers = any(k.startswith(("truncated_share_turn_", "parse_error_share_turn_")) for r in rows for k in r)
+    fig = Figure(figsize=(15 if answers else 10, 4.2), layout="constrained")
+    axes = fig.subplots(1, 3 if answers else 2)
+    for ax, key, label in zip(axes, ("score_mean", "correct_share"), ("mean kernel score", "correct share")):
         ax.plot(steps, [r[key] for r in rows], "o-", color="black", label="all turns")
         for n in turns:
             ax.plot(steps, [r.get(f"{key}_turn_{n}", float("nan")) for r in rows], ".--", alpha=0.7, label=f"turn {n}")
@@ -253,8 +296,17 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
                       colors="tab:red", linewidth=3, alpha=0.6,
                       label=f"first/last {w}: {gain.first:.3f} -> {gain.last:.3f} "
                             f"(gain {gain.gain:+.3f}, 90% [{gain.low:+.3f}, {gain.high:+.3f}])")
-        ax.set_xlabel("training step")
         ax.set_ylabel(label)
+    if answers:
+        ax = axes[2]
+        for n, color in zip(turns, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):
+            for key, style, what in (("truncated_share", "o-", "cut off"), ("parse_error_share", "x:", "parse error")):
+                ax.plot(steps, [r.get(f"{key}_turn_{n}", float("nan")) for r in rows], style, color=color,
+                        alpha=0.8, label=f"turn {n} {what}")
+        ax.set_ylabel("share of the turn's answers")
+        ax.set_ylim(-0.03, 1.03)
+    for ax in axes:
+        ax.set_xlabel("training step")
         whole_step_axis(ax.xaxis)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -183,3 +183,66 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
     saved = json.loads((run / "plots" / "learning.json").read_text())["per_task_turn"]
     assert saved["turn_2/correct_share"]["gain"] == 1.0 and saved["turn_1/correct_share"]["verdict"] == (
         "a fall beyond the noise")
+
+
+def test_each_turn_step_by_step_with_the_answers_cut_off():
+    from kevin.analysis.learning import turn_step_rows, turn_task_gain, turn_task_visits
+
+    def cut(step, turn, task, status, truncated, score=0.0):
+        return {**_kernel(step, turn, task, status, score), "truncated": truncated}
+
+    verdicts = [cut(0, 0, "a", "correct", False, 0.8), cut(0, 0, "a", "incorrect", True),
+                cut(0, 1, "a", "parse_error", True), cut(0, 1, "a", "correct", True, 0.4),
+                cut(2, 1, "a", "correct", False, 0.6), cut(2, 1, "a", "correct", True, 0.2),
+                _kernel(2, 0, "a", "correct", 1.0)]  # a verdict whose turn record was never written
+    rows = turn_step_rows(verdicts)
+    assert [r["step"] for r in rows] == [1, 3]
+    # step 0 turn 1: correct 1 of 2, cut off 1 of 2, score (0.8 + 0) / 2; turn 2: parse error 1 of 2, both cut off.
+    assert rows[0] == {"step": 1, "kernels_turn_1": 2, "correct_share_turn_1": 0.5, "parse_error_share_turn_1": 0.0,
+                       "truncated_share_turn_1": 0.5, "score_mean_turn_1": pytest.approx(0.4),
+                       "kernels_turn_2": 2, "correct_share_turn_2": 0.5, "parse_error_share_turn_2": 0.5,
+                       "truncated_share_turn_2": 1.0, "score_mean_turn_2": pytest.approx(0.2)}
+    # step 2 turn 1: the one kernel without a record has no cut-off share; turn 2: 1 of 2 cut off.
+    assert "truncated_share_turn_1" not in rows[1] and rows[1]["correct_share_turn_1"] == 1.0
+    assert rows[1]["truncated_share_turn_2"] == 0.5
+    assert turn_task_visits(verdicts, 2, "truncated_share") == {"a": [1.0, 0.5]}
+    assert turn_task_visits(verdicts, 1, "truncated_share") == {"a": [0.5]}  # step 2's turn 1 is unknown
+    gain = turn_task_gain(verdicts, 2, "truncated_share")
+    assert (gain.first, gain.last, gain.low, gain.high) == (1.0, 0.5, -0.5, -0.5)
+
+
+def test_the_windows_say_whether_they_drew_the_same_tasks():
+    from kevin.analysis.learning import window_tasks
+
+    steps = [_drawn(0, ("a", 1, 1), ("b", 1, 0)), _drawn(1, ("c", 1, 1)), _drawn(2, ("a", 1, 0)),
+             _drawn(3, ("d", 1, 1), ("a", 1, 1))]
+    assert window_tasks(steps, 2) == (3, 2, 1)  # first {a, b, c}, last {a, d}: a in both
+    assert window_tasks(steps[:2], 1) == (2, 1, 0)
+
+
+def test_kevin_learning_shows_each_turns_answers_cut_off(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin_cli import app
+
+    run = tmp_path / "run"
+    for step, (cut_1, cut_2) in enumerate([(False, True), (False, False)]):
+        folder = run / "steps" / f"step_{step:06d}"
+        summary = _summary(step, [(1, 1, 0.5), (1, 1, 0.5)])
+        summary["tasks"] = [{"task": f"t{step}", "kernels": 2, "correct": 2, "score_mean": 0.5}]
+        wave = folder / "rollout" / "wave_0"
+        wave.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(summary))
+        for turn, truncated in enumerate((cut_1, cut_2)):
+            result = {"task_id": f"t{step}", "status": "correct", "score": 0.5}
+            (wave / f"verdicts_{turn:03d}.jsonl").write_text(json.dumps(result) + "\n")
+            record = {"task_id": f"t{step}", "trajectory": 0, "turn": turn, "truncated": truncated, "result": result}
+            (wave / f"turn_{turn:03d}.jsonl").write_text(json.dumps(record) + "\n")
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
+    assert result.exit_code == 0, result.output
+    assert "step   1  t1 0.00/0.00  t2 1.00/0.00" in result.output
+    assert "step   2  t1 0.00/0.00  t2 0.00/0.00" in result.output
+    assert "the windows drew different tasks (first 1, last 1, 0 in both)" in result.output
+    lines = (run / "plots" / "learning.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    assert lines[1].split(",")[header.index("truncated_share_turn_2")] == "1.0"

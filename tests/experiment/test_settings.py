@@ -125,16 +125,27 @@ def test_the_time_limit_pauses_before_a_step_that_would_overrun_it(monkeypatch, 
     assert unlimited._pause_reason(0) == ""
 
 
-def test_experiment_tasks_narrow_the_train_side_and_never_reach_the_eval_side(tmp_path):
-    from kevin.experiment.run import split_side, train_tasks
+def test_the_time_limit_leaves_out_the_slow_first_step_of_a_process(monkeypatch, tmp_path):
+    from kevin.experiment import run as run_module
 
-    config = RunConfig.from_dict({})
-    every = [t.task_id for t in train_tasks(config)]
-    held = [t.task_id for t in split_side(config, "", "eval")]
-    chosen = [every[3], every[0]]
-    narrowed = RunConfig.from_dict({"experiment": {"tasks": chosen}})
-    assert [t.task_id for t in train_tasks(narrowed)] == [every[0], every[3]]  # the split's order
-    with pytest.raises(ValueError, match=r"not train tasks of the split \(held-out tasks never train\)"):
-        train_tasks(RunConfig.from_dict({"experiment": {"tasks": [every[0], held[0]]}}))
-    with pytest.raises(ValueError, match="experiment.tasks must be a list of task ids"):
-        ExperimentConfig.from_dict({"tasks": "level1/02_gelu"})
+    config = RunConfig.from_dict({"experiment": {"steps": 9, "time_limit_s": 300.0, "output_dir": str(tmp_path)}})
+
+    def run_steps(*seconds):
+        """A fresh process (its own clock from 0) running steps of these lengths; the last pause reason."""
+        clock = _Clock()
+        monkeypatch.setattr(run_module.time, "monotonic", clock)
+        run = run_module.TrainingRun(config, project_dir=tmp_path)
+        reasons = []
+        for step, length in enumerate(seconds):
+            run._step_began = clock.now
+            clock.now += length
+            reasons.append(run._pause_reason(step))
+        return reasons
+
+    # The first step alone is all there is to go by: 190 + 190 > 300.
+    assert "190 s of experiment.time_limit_s=300 used and a step takes up to 190 s" in run_steps(190.0)[0]
+    # 150 s, then 60 s: the next is expected at 60 s (not 150), ending at 270, so it runs; after a 70 s third step
+    # (ending at 280) the slowest after the first, 70 s, would end past 300.
+    reasons = run_steps(150.0, 60.0, 70.0)
+    assert reasons[:2] == ["", ""]
+    assert "280 s of experiment.time_limit_s=300 used and a step takes up to 70 s" in reasons[2]
