@@ -94,6 +94,13 @@ class EvalConfig(Settings):
     clock_tolerance: float = 0.2
     """The same as a share of the reported call time (0.2: a call may be 20% longer than reported)."""
 
+    switch_interval_s: float = 0.0002
+    """Python's thread switch interval (``sys.setswitchinterval``) while the evaluator's judges run; 0 leaves it
+    alone. The timing marks of every call pass through Python threads of the process that holds the evaluator: a
+    busy thread there (a training run generating the next wave) kept each mark waiting up to the default 5 ms for
+    the interpreter lock, which the evaluator's clock counted against the call, and identical honest kernels were
+    flagged ``timing_mismatch`` (16 times in two H200 runs; 3 of 8 on cpu with two busy threads, 0 of 8 at 0.2 ms)."""
+
     transport: str = "auto"
     """How candidates hand their outputs to the judge: `file`, `ipc` (CUDA IPC, cuda only) or `auto` (IPC where
     it works, else files)."""
@@ -172,6 +179,8 @@ class EvalConfig(Settings):
             raise ValueError("timeouts must be positive, finite seconds")
         if self.clock_slack_ms < 0 or not (0 <= self.clock_tolerance < 10):
             raise ValueError("clock_slack_ms must be >= 0 and clock_tolerance in [0, 10)")
+        if not (0 <= self.switch_interval_s <= 0.1):
+            raise ValueError("switch_interval_s must be between 0 (leave Python's alone) and 0.1 seconds")
         if self.transport not in ("auto", "file", "ipc"):
             raise ValueError(f"transport must be auto, file or ipc, got {self.transport!r}")
         if self.compile_jobs < 0:

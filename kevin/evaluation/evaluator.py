@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import secrets
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -71,6 +72,7 @@ class Evaluator:
         self._judge_locks: dict[str, threading.Lock] = {}
         self._layouts: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._protected = False
+        self._switch_interval: float | None = None  # Python's own, while ours is in force (config.switch_interval_s)
         self.gpu_names, self.arch, self.hardware = machine(self.config.backend)
         cores = self.config.cpu_cores or os.cpu_count() or 2
         workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
@@ -87,8 +89,11 @@ class Evaluator:
         """End the judge processes (a later call starts them again)."""
         with self._lock:
             judges, self._judges = list(self._judges.values()), {}
+            previous, self._switch_interval = self._switch_interval, None
         for judge in judges:
             judge.close()
+        if previous is not None and abs(sys.getswitchinterval() - self.config.switch_interval_s) < 1e-6:
+            sys.setswitchinterval(previous)  # unless someone set another since (Python keeps whole microseconds)
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -158,6 +163,11 @@ class Evaluator:
                 if judge is not None:
                     judge.close()
                 judge = self._judges[device] = self._new_judge(device)
+            wanted = self.config.switch_interval_s
+            if wanted and self._switch_interval is None and sys.getswitchinterval() > wanted:
+                # The timing marks wait for the interpreter lock in this process (EvalConfig.switch_interval_s).
+                self._switch_interval = sys.getswitchinterval()
+                sys.setswitchinterval(wanted)
             return judge
 
     def _new_judge(self, device: str) -> JudgeClient:

@@ -1,0 +1,62 @@
+"""The evaluator inside a busy Python process: a training run generates the next wave in the same process while the
+evaluator times the last wave's kernels. Every timing mark passes through Python threads of that process, so a
+busy thread there used to hold each mark up to Python's 5 ms switch interval, which the evaluator's clock counted
+against the call: honest kernels were flagged ``timing_mismatch`` (3 of 8 warm-start kernels on 2 cores with two
+busy threads; 16 times in two runs on the H200). ``EvalConfig.switch_interval_s`` keeps the waits short."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from kevin.evaluation import Evaluator
+from kevin.evaluation.config import EvalConfig
+from kevin.tasks.loader import find_task, load_tasks
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_switch_interval_holds_while_the_judges_run_and_is_given_back(tmp_path):
+    before = sys.getswitchinterval()
+    assert before > 0.0002  # Python's default is 0.005
+    ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(tmp_path)))
+    assert sys.getswitchinterval() == before  # nothing changes before a judge starts
+    ev.judge("cpu")
+    assert sys.getswitchinterval() == pytest.approx(0.0002, abs=1e-7)  # Python keeps whole microseconds
+    ev.close()
+    assert sys.getswitchinterval() == before
+    ev = Evaluator(EvalConfig(backend="cpu", cache_dir=str(tmp_path), switch_interval_s=0.0))
+    ev.judge("cpu")
+    assert sys.getswitchinterval() == before  # 0: left alone
+    ev.close()
+    with pytest.raises(ValueError, match="switch_interval_s"):
+        EvalConfig(switch_interval_s=-1.0)
+
+
+def test_honest_kernels_stay_correct_while_the_evaluators_process_is_busy(tmp_path):
+    """Two threads spin in pure Python (as a generation loop does between its CUDA calls) while four honest
+    kernels are judged. Without the shorter switch interval about 3 in 8 failed, so this fails with probability
+    about 0.85 when the guard is lost."""
+    tasks = load_tasks("bundled")
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            x += 1
+
+    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(2)]
+    verdicts = []
+    with Evaluator(EvalConfig(backend="cpu", cache_dir=str(tmp_path), timing_trials=10)) as ev:
+        for thread in spinners:
+            thread.start()
+        try:
+            for name in ("level1/02_gelu", "level1/03_sigmoid", "level1/04_leaky_relu", "level1/05_softplus"):
+                source = (ROOT / "data" / "warmstart" / "cpu" / f"{name}.py").read_text()
+                verdicts.append(ev.evaluate(find_task(tasks, name), source))
+        finally:
+            stop.set()
+    assert [(v.status.value, v.rule_id) for v in verdicts] == [("correct", "")] * 4, [v.error for v in verdicts]
