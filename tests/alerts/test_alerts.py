@@ -140,6 +140,45 @@ def test_the_automation_is_made_once_and_kept_up_to_date(prefect_server, caplog)
     assert [a.id for a in _automations("kevin-idempotent")] == [first]
 
 
+def _post(api: str, path: str, body: dict):
+    import httpx
+
+    response = httpx.post(f"{api}{path}", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def test_the_ui_lists_the_automation_it_counts(prefect_server):
+    """What the Automations page reads: the UI counts the list POST /automations/filter returns (the V2 UI sends a
+    sort and offset, the V1 UI an empty body), draws each item's trigger and actions, and looks the notification's
+    block up by id without secrets. Our automation must be in that list in a shape both draw."""
+    config = AlertConfig(automation_name="kevin-ui", block_name="kevin-ui-hook", event_name="kevin.test.ui")
+    created = str(ensure_collapse_automation("http://127.0.0.1:9/ui", config))
+    v2 = _post(prefect_server, "/automations/filter", {"sort": "CREATED_DESC", "offset": 0})
+    v1 = _post(prefect_server, "/automations/filter", {})
+    assert _post(prefect_server, "/automations/count", {}) == len(v2) == len(v1)
+    (listed,) = [a for a in v2 if a["name"] == "kevin-ui"]
+    assert listed["id"] == created and listed["enabled"] is True and listed["description"]
+    assert listed == next(a for a in v1 if a["id"] == created)
+    trigger = listed["trigger"]  # an event trigger the UI calls "A custom trigger"
+    assert trigger["type"] == "event" and trigger["posture"] in ("Reactive", "Proactive")
+    assert trigger["expect"] == ["kevin.test.ui"] and trigger["threshold"] == 1
+    assert all(isinstance(v, str) for v in trigger["match"].values()) and trigger["match_related"] == {}
+    (action,) = listed["actions"]
+    assert action["type"] == "send-notification" and action["body"] == "{{ event.payload.text }}"
+    # The block the action names resolves, by the filter the V2 UI sends and the read the V1 UI makes.
+    blocks = _post(prefect_server, "/block_documents/filter", {
+        "offset": 0, "sort": "BLOCK_TYPE_AND_NAME_ASC", "include_secrets": False,
+        "block_documents": {"operator": "and_", "id": {"any_": [action["block_document_id"]]}, "is_anonymous": {}}})
+    assert [(b["id"], b["name"], b["block_type_name"]) for b in blocks] == [
+        (action["block_document_id"], "kevin-ui-hook", "Custom Webhook")]
+    import httpx
+
+    one = httpx.get(f"{prefect_server}/block_documents/{action['block_document_id']}", timeout=30).json()
+    assert one["name"] == "kevin-ui-hook" and one["block_type"]["name"] == "Custom Webhook"
+    assert "http://127.0.0.1:9/ui" not in json.dumps(blocks) + json.dumps(one)  # the URL stays a secret
+
+
 def _wait_until_live(config: AlertConfig, received: queue.Queue, timeout: float = 60.0) -> None:
     """Emit probe alerts until one reaches the webhook. A sqlite-backed server loads a new automation into its
     trigger cache a moment after creating it (a task on its event loop); an event in that moment is stored

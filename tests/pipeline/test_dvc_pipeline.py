@@ -110,6 +110,9 @@ def test_repro_then_a_noop_then_an_ablation_then_a_broken_split(project):
                env)
     assert exp.returncode == 0, (exp.stdout + exp.stderr)[-4000:]
     assert "Running stage 'train'" in exp.stdout and "Running stage 'baseline'" not in exp.stdout
+    # The committed dvc.lock is the copy's record of the first run: no output it cannot restore, no stage redone
+    # whose inputs did not change (without it: "No file hash info found", prepare and baseline run again).
+    assert "No file hash info found" not in exp.stdout + exp.stderr and "Running stage 'prepare'" not in exp.stdout
     shown = _run(dvc + ["exp", "show", "--json"], repo, env)
     assert shown.returncode == 0 and '"traj3"' in shown.stdout
     applied = _run(dvc + ["exp", "apply", "traj3"], repo, env)
