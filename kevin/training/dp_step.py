@@ -17,6 +17,9 @@ turn, then the data-parallel or ZeRO-3 update and a checkpoint.
 
 Process r rolls out trajectories ``r, r + N, ...`` of EVERY task, so each process judges a mix of tasks and
 the m x n group a task's advantage is normalised over is complete only after the gather, on every process.
+The prompts, outputs and verdicts of a turn are the turn stages' (``kevin.rollout.stages.TurnStages``, the one
+turn engine), run by each process over its own trajectories in a scratch folder; this module adds the
+collectives around them.
 
 Every process must call ``generate`` once per turn, with an empty list when it has no live trajectory: a
 ZeRO-3 policy gathers its parameters from all processes at every forward pass (``kevin.policy.hf``).
@@ -27,6 +30,7 @@ early keeps taking part until the last live one anywhere is done.
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -37,12 +41,13 @@ from typing import Any
 import torch
 
 from kevin.distributed import max_over_processes, shard, world
+from kevin.records.evaluation import Candidate, EvalResult
+from kevin.records.generation import GenerationOut, Prompt
 from kevin.records.rollout import TrainingSample, Trajectory, Turn
 from kevin.rewards import RewardConfig
 from kevin.rollout.config import RolloutConfig
-from kevin.rollout.loop import Evaluate, Generate, evaluate_turn, make_turn, past_attempts, update_stop
-from kevin.rollout.parsing import parse_response
-from kevin.rollout.prompts import PromptBuilder
+from kevin.rollout.loop import Evaluate, Generate, update_stop
+from kevin.rollout.stages import TurnStages
 from kevin.tasks.task import Task
 from kevin.training.step import build_samples, check_policy, grpo_update, rollout_metrics
 
@@ -127,11 +132,6 @@ class DistributedStep:
         self._intervals: list[tuple[str, float, float]] = []
         # Phase times on a GPU are only true once its queued work is done.
         self.sync_cuda = torch.cuda.is_available() if sync_cuda is None else sync_cuda
-        self.builder = PromptBuilder(backend=rollout.backend, max_prompt_tokens=rollout.max_prompt_tokens,
-                                     tokenizer=self.tokenizer, profile=rollout.profile,
-                                     include_example=rollout.include_example, system_prompt=rollout.system_prompt,
-                                     reasoning_open=rollout.prompt_opens_reasoning,
-                                     style=rollout.prompt_style)
         check_policy(generate, trainer)
 
     @contextmanager
@@ -172,39 +172,58 @@ class DistributedStep:
 
     def rollout_all(self, tasks: list[Task], seconds: dict[str, float], local: dict[str, float]) -> list[Trajectory]:
         """Every trajectory of every task, each turn rolled out by the process that owns the trajectory and
-        gathered to all: the same list (task order, then trajectory index) on every process."""
+        gathered to all: the same list (task order, then trajectory index) on every process.
+
+        A driver over the turn stages (``kevin.rollout.stages.TurnStages``), the engine every other rollout runs:
+        this process's stages hold only its share of every task's trajectories, in a scratch folder of its own
+        (removed after the step), and write the same records the single-process loop would."""
         m = self.rollout.trajectories
         every = {(t.task_id, j): Trajectory(task_id=t.task_id, index=j) for t in tasks for j in range(m)}
-        mine = [(t, every[(t.task_id, j)]) for t in tasks for j in trajectory_share(m, self.rank, self.size)]
-        for turn in range(self.rollout.turns):
-            live = [(task, traj) for task, traj in mine if not traj.stopped]
-            if max_over_processes(len(live)) == 0:
-                break
-            contexts = [self.builder.build(task, past_attempts(traj)) for task, traj in live]
-            with self._timed(seconds, f"generate/{turn}"):
-                outs = list(self.generate([c.prompt_for(task.task_id, traj.index)  # even when empty: lockstep
-                                           for c, (task, traj) in zip(contexts, live)]))
-            if len(outs) != len(contexts):
-                raise RuntimeError(f"generate returned {len(outs)} outputs for {len(contexts)} prompts")
-            local["prompts"] += len(contexts)
-            local["generated_tokens"] += sum(len(o.token_ids) for o in outs)
-            parsed = [parse_response(o.text, truncated=o.truncated, reasoning_open=c.reasoning_open)
-                      for o, c in zip(outs, contexts)]
-            local["judged"] += sum(not p.parse_error for p in parsed)
-            with self._timed(seconds, f"evaluate/{turn}"):
-                results = evaluate_turn([(task, traj, p) for (task, traj), p in zip(live, parsed)], turn,
-                                        self.evaluate, self.rollout.backend)
-            assert self.builder.count_tokens is not None
-            records = [make_turn(task, traj, turn, ctx, out, p, r, self.builder.count_tokens)
-                       for (task, traj), ctx, out, p, r in zip(live, contexts, outs, parsed, results)]
-            with self._timed(seconds, f"gather/{turn}"):
-                gathered: list[list[Turn]] = all_gather_objects(records)
-            for record in (r for share in gathered for r in share):
-                traj = every[(record.task_id, record.trajectory)]
-                traj.turns.append(record)
-            for traj in every.values():
-                update_stop(traj, self.rollout)
+        share = trajectory_share(m, self.rank, self.size)
+        with tempfile.TemporaryDirectory(prefix=f"kevin-dp-rank{self.rank}-") as scratch:
+            # A process that owns no trajectory (more processes than trajectories) holds no stages; it still
+            # enters every collective below.
+            stages = (TurnStages(scratch, tasks, self.rollout, tokenizer=self.tokenizer, trajectory_indices=share)
+                      if share else None)
+            for turn in range(self.rollout.turns):
+                live = stages is not None and bool(stages.live())
+                if max_over_processes(int(live)) == 0:
+                    break
+                records = self._turn(stages if live else None, turn, seconds, local)
+                with self._timed(seconds, f"gather/{turn}"):
+                    gathered: list[list[Turn]] = all_gather_objects(records)
+                for record in (r for part in gathered for r in part):
+                    every[(record.task_id, record.trajectory)].turns.append(record)
+                for traj in every.values():
+                    update_stop(traj, self.rollout)
         return list(every.values())
+
+    def _turn(self, stages: TurnStages | None, turn: int, seconds: dict[str, float],
+              local: dict[str, float]) -> list[Turn]:
+        """This process's part of ``turn``: its live trajectories generated, parsed and judged through the stages
+        (``stages`` None: none live here); returns their Turn records."""
+
+        def generate(prompts: list[Prompt]) -> list[GenerationOut]:
+            with self._timed(seconds, f"generate/{turn}"):  # the policy call alone, as the phase table means it
+                return list(self.generate(prompts))
+
+        def judge(items: list[tuple[Task, Candidate]], progress: Any = None) -> list[EvalResult]:
+            return self.evaluate(items)  # a plain Evaluate reports no progress: the stage records its verdicts after
+
+        if stages is None:
+            generate([])  # lockstep: a ZeRO-3 policy's forward passes need every process, with prompts or not
+            with self._timed(seconds, f"evaluate/{turn}"):
+                pass  # nothing to judge; the key is kept so that every process reports the same phases
+            return []
+        stages.generate(turn, generate)
+        stages.parse(turn)
+        with self._timed(seconds, f"evaluate/{turn}"):
+            stages.evaluate(turn, judge)
+        records = [t for traj in stages.trajectories() for t in traj.turns if t.turn == turn]
+        local["prompts"] += len(records)
+        local["generated_tokens"] += sum(len(r.response_token_ids) for r in records)
+        local["judged"] += sum(not r.parse_error for r in records)
+        return records
 
 
 def phase_table(per_rank: Sequence[dict[str, float]]) -> list[tuple[str, list[float]]]:
