@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,6 @@ from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[EvalResult], None]
 Item = tuple[Task, Candidate]
 
 _ADDRESS = re.compile(r"^(auto|ray://[^\s:/]+:\d+|[^\s:/]+:\d+)$")
@@ -264,5 +263,5 @@ class BatchReport:
     """Workers left out for good (restarts spent, node gone, or not back within start_timeout_s)."""
 
 
-__all__ = ["BatchReport", "ClusterConfig", "Item", "NodeSlots", "ProgressFn", "WorkerInfo", "WorkerSpec",
+__all__ = ["BatchReport", "ClusterConfig", "Item", "NodeSlots", "WorkerInfo", "WorkerSpec",
            "lost_verdict", "plan_chunks", "plan_workers", "ray_init_kwargs", "split_for_retry", "worker_compile_pool"]
