@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin.evaluation.hardware import default_compile_workers
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
 from kevin.settings import Settings
 from kevin.tasks.task import Task
@@ -158,7 +159,8 @@ def worker_compile_pool(num_cpus: int, num_gpus: int, configured: int = 0) -> in
     one. The same rule as the Evaluator's own default, over the worker's cores instead of the machine's."""
     if configured:
         return configured
-    return max(1, num_cpus - 2 * max(1, num_gpus))
+    # At least one core: 0 would make the rule count this machine's cores, not the worker's reservation.
+    return default_compile_workers(num_gpus, max(1, num_cpus))
 
 
 def plan_workers(nodes: Iterable[NodeSlots], backend: str, cfg: ClusterConfig, compile_workers: int = 0) -> list[WorkerSpec]:
