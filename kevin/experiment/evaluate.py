@@ -382,7 +382,7 @@ class EvaluationRun:
     def select(self, rollout: str, turn: int) -> Path | None:
         """Beam-style selection after ``turn`` (not after the last): per task, ``beam`` picks the trajectories that
         continue and branches them (``parents_T.json``). None without selection."""
-        from kevin.analysis.metrics import outcomes_from_trajectories
+        from kevin.analysis.outcomes import outcomes_from_trajectories
 
         plan, stages = self.plan(rollout), self._stages[rollout]
         if not plan.select or turn + 1 >= plan.turns or not stages.live():
@@ -404,7 +404,8 @@ class EvaluationRun:
 
     def analyse(self) -> Path:
         """The run's report (``report.json``) from every rollout's finished turns."""
-        from kevin.analysis.metrics import analyze_run, outcomes_from_trajectories, report_from_states
+        from kevin.analysis.metrics import analyze_run, report_from_states
+        from kevin.analysis.outcomes import outcomes_from_trajectories
 
         analysis = self.config.analysis
         if len(self.plans) == 1 and not self.plans[0].select:
