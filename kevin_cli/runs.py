@@ -31,7 +31,7 @@ def train_cmd(
     files = params_files(params)
     quiet_libraries(verbose)
     from flows.train import load_config, run_training
-    from kevin.experiment.run import existing_run
+    from kevin.experiment.files import existing_run
 
     try:
         config = load_config(files, list(overrides or []))
