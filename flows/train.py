@@ -40,8 +40,9 @@ from prefect.tasks import exponential_backoff
 from flows.common import (RESUMED_TAG, artifact_key, one_based_name, project_logs_in_flow_run, run_key, run_name,
                           tag_flow_run, transient)
 from kevin.config import RunConfig
+from kevin.experiment.files import existing_run
 from kevin.experiment.progress import LogProgress, Progress
-from kevin.experiment.run import TrainingRun, existing_run
+from kevin.experiment.run import TrainingRun
 from kevin.rollout.waves import run_waves
 
 __all__ = ["load_config", "run_training", "train"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 __all__ = ["baseline_entry", "headline_metrics", "merge_baselines", "prepare_output_dir", "read_step_summaries",
-           "report_markdown", "run_settings",
+           "report_markdown", "run_settings", "step_totals",
            "train_curve", "train_metrics", "write_csv", "write_json"]
 
 CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
@@ -80,17 +80,19 @@ def headline_metrics(train: Mapping[str, Any], evaluation: Mapping[str, Any] | N
     return out
 
 
+def step_totals(turns: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A step's figures over its turns (a summary's ``turns`` rows): kernels, correct kernels, their share and the
+    mean kernel score. Here, below ``kevin.analysis``, so the train stage's curve and the learning rows share it."""
+    kernels = sum(int(t["kernels"]) for t in turns)
+    correct = sum(int(t["correct"]) for t in turns)
+    return {"kernels": kernels, "correct": correct, "correct_share": correct / kernels if kernels else 0.0,
+            "score_mean": _weighted_mean(turns, "score_mean")}
+
+
 def train_curve(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per step (``CURVE_FIELDS``): kernels, correct kernels and share, mean kernel score, mean turn return."""
-    rows = []
-    for s in summaries:
-        kernels = sum(int(r["kernels"]) for r in s["turns"])
-        correct = sum(int(r["correct"]) for r in s["turns"])
-        rows.append({"step": int(s["step"]), "kernels": kernels, "correct": correct,
-                     "correct_share": correct / kernels if kernels else 0.0,
-                     "score_mean": _weighted_mean(s["turns"], "score_mean"),
-                     "return_mean": _weighted_mean(s["turns"], "return_mean")})
-    return rows
+    return [{"step": int(s["step"]), **step_totals(s["turns"]),
+             "return_mean": _weighted_mean(s["turns"], "return_mean")} for s in summaries]
 
 
 def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ def train_cmd(
     files = params_files(params)
     quiet_libraries(verbose)
     from flows.train import load_config, run_training
-    from kevin.experiment.run import existing_run
+    from kevin.experiment.files import existing_run
 
     try:
         config = load_config(files, list(overrides or []))
@@ -98,7 +98,7 @@ def evaluate_cmd(
     """Evaluate a model or a checkpoint on the eval split at fixed budget splits (trajectories x turns): metrics,
     Table 1 / Table 2, curves and plots, tracked in MLflow. Or, with --compare, put finished runs side by side."""
     if compare:
-        from kevin.experiment.evaluate import compare_runs
+        from kevin.experiment.outputs import compare_runs
 
         try:
             paths = compare_runs([str(p) for p in compare], out or Path("outputs/compare"))

@@ -64,7 +64,7 @@ def longest_reference(config, model_dir: Path) -> int:
     """Tokens of the longest bundled reference solution of the run's training tasks, as the trainer scores it."""
     from transformers import AutoTokenizer
 
-    from kevin.experiment.run import train_tasks
+    from kevin.experiment.splits import train_tasks
     from kevin.rollout.replay import longest_response_tokens, reference_responses
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from kevin.config import RunConfig
+    from kevin.experiment.files import step_dir
     from kevin.experiment.progress import RichProgress
-    from kevin.experiment.run import TrainingRun, step_dir
+    from kevin.experiment.run import TrainingRun
 
     args = parse_args(argv)
     out = Path(args.out).resolve()

@@ -5,26 +5,24 @@ Plots live in ``kevin.analysis.plots`` (imported on demand: it loads matplotlib)
 """
 
 from kevin.analysis.beam import BeamConfig, BeamStep, register_selection, select, trajectory_scores
-from kevin.analysis.metrics import (
-    AnalysisConfig,
-    BudgetSplit,
-    KernelOutcome,
+from kevin.analysis.estimators import (
     Metrics,
-    RunReport,
-    TaskOutcome,
-    TrajectoryOutcome,
-    analyze_run,
     avg_over,
     best_at_k,
     curve_metrics,
     expected_max_of_subset,
-    fast_name,
     geometric_mean,
     metrics_at,
+    pass_at_k,
+)
+from kevin.analysis.metrics import AnalysisConfig, BudgetSplit, RunReport, analyze_run, report_from_states
+from kevin.analysis.outcomes import (
+    KernelOutcome,
+    TaskOutcome,
+    TrajectoryOutcome,
+    fast_name,
     outcomes_from_trajectories,
     outcomes_from_turns,
-    pass_at_k,
-    report_from_states,
 )
 from kevin.analysis.tables import (
     comparison_csv,

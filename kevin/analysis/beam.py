@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kevin.analysis.metrics import TrajectoryOutcome
+from kevin.analysis.outcomes import TrajectoryOutcome
 from kevin.records.evaluation import kernel_score
 from kevin.settings import Settings
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from kevin.pipeline import step_totals
+
 __all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
            "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_step_rows", "turn_task_gain",
            "turn_task_visits", "window_gain", "window_tasks"]
@@ -46,12 +48,7 @@ def learning_rows(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     rows = []
     for summary in summaries:
         turns = summary["turns"]
-        kernels = sum(int(t["kernels"]) for t in turns)
-        correct = sum(int(t["correct"]) for t in turns)
-        row: dict[str, Any] = {
-            "step": int(summary["step"]) + 1, "kernels": kernels, "correct": correct,
-            "correct_share": correct / kernels if kernels else 0.0,
-            "score_mean": sum(float(t["score_mean"]) * int(t["kernels"]) for t in turns) / kernels if kernels else 0.0}
+        row: dict[str, Any] = {"step": int(summary["step"]) + 1, **step_totals(turns)}
         for t in turns:
             n = int(t["turn"]) + 1
             row[f"score_mean_turn_{n}"] = float(t["score_mean"])

@@ -19,8 +19,9 @@ Definitions (docs/analysis.md has them with worked examples):
   kernels of the task after turn t and c = the correct ones.
 - Geometric-mean speedup: exp(mean(log speedup)) over every correct kernel of every task after turn t.
 
-Inputs are plain typed records (``KernelOutcome`` / ``TrajectoryOutcome`` / ``TaskOutcome``);
-``outcomes_from_turns`` builds them from rollout ``Turn`` records by reading only their attribute names.
+Inputs are plain typed records (``KernelOutcome`` / ``TrajectoryOutcome`` / ``TaskOutcome``, in
+``kevin.analysis.outcomes``); ``outcomes_from_turns`` builds them from rollout ``Turn`` records by reading only
+their attribute names.
 """
 
 from __future__ import annotations
@@ -32,65 +33,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kevin.analysis.estimators import (
-    Metrics,
-    avg_over,
-    best_at_k,
-    check_tasks,
-    curve_metrics,
-    expected_max_of_subset,
-    geometric_mean,
-    metrics_at,
-    metrics_from,
-    pass_at_k,
-    subset_max_weights,
-    trajectory_count,
-    turn_table,
-)
-from kevin.analysis.outcomes import (
-    KernelOutcome,
-    TaskOutcome,
-    TrajectoryOutcome,
-    fast_name,
-    metric_names,
-    outcomes_from_trajectories,
-    outcomes_from_turns,
-    trajectory_correct,
-    trajectory_fast,
-    trajectory_metrics,
-    trajectory_perf,
-)
+from kevin.analysis.estimators import Metrics, check_tasks, curve_metrics, metrics_from, trajectory_count, turn_table
+from kevin.analysis.outcomes import TaskOutcome, metric_names, trajectory_perf
 from kevin.settings import Settings
 
-# The records and estimators live in kevin.analysis.outcomes and kevin.analysis.estimators; their names stay
-# importable from here, the module the rest of the code and the docs name.
-__all__ = [
-    "AnalysisConfig",
-    "BudgetSplit",
-    "KernelOutcome",
-    "Metrics",
-    "RunReport",
-    "TaskOutcome",
-    "TrajectoryOutcome",
-    "analyze_run",
-    "avg_over",
-    "best_at_k",
-    "curve_metrics",
-    "expected_max_of_subset",
-    "fast_name",
-    "geometric_mean",
-    "metric_names",
-    "metrics_at",
-    "outcomes_from_trajectories",
-    "outcomes_from_turns",
-    "pass_at_k",
-    "report_from_states",
-    "subset_max_weights",
-    "trajectory_correct",
-    "trajectory_fast",
-    "trajectory_metrics",
-    "trajectory_perf",
-]
+__all__ = ["AnalysisConfig", "BudgetSplit", "RunReport", "analyze_run", "report_from_states"]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from kevin.analysis.metrics import Metrics, RunReport, fast_name
+from kevin.analysis.estimators import Metrics
+from kevin.analysis.metrics import RunReport
+from kevin.analysis.outcomes import fast_name
 
 __all__ = ["best_at_k_figure", "save_figure", "task_speedup_figure", "turn_curves_figure", "write_plots"]
 

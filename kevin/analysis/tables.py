@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kevin.analysis.metrics import BudgetSplit, Metrics, RunReport, fast_name
+from kevin.analysis.estimators import Metrics
+from kevin.analysis.metrics import BudgetSplit, RunReport
+from kevin.analysis.outcomes import fast_name
 
 __all__ = [
     "best_at_k_csv",

@@ -27,12 +27,11 @@ from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
-from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[EvalResult], None]
 Started = tuple[HarnessJob, RunPlan]
 """A run job started ahead of its turn, and its plan."""
 
@@ -233,4 +232,4 @@ class Batch:
         return [r for r in self.results if r is not None]
 
 
-__all__ = ["Batch", "BatchHost", "CompileSlots", "ProgressFn", "Started", "compile_priority"]
+__all__ = ["Batch", "BatchHost", "CompileSlots", "Started", "compile_priority"]

@@ -43,14 +43,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# BUILDER_VERSION, Toolchain, REGISTRATION_MARKER and kernel_names stay importable from here: the evaluator and its
-# compile cache import them from this module.
-from kevin.evaluation.build_sources import (REGISTRATION_MARKER, ExtensionRequest, blank_heavy_includes,  # noqa: F401
-                                            kernel_names, own_flags, registration)
+from kevin.evaluation.build_sources import ExtensionRequest, blank_heavy_includes, own_flags, registration
 from kevin.evaluation.headers import (ensure_full_only, ensure_glue, ensure_headers, fallback_needed, load_full_only,
                                       precompile, write_replacing)
 from kevin.evaluation.nvcc import run_nvcc
-from kevin.evaluation.toolchain import BUILDER_VERSION, GLUE_OBJECT, Toolchain, run_compiler  # noqa: F401
+from kevin.evaluation.toolchain import GLUE_OBJECT, Toolchain, run_compiler
 
 MAX_COMPILE_JOBS = 3
 """The most compiler processes one build runs at once: the host unit, and nvcc's host and device passes

@@ -33,11 +33,11 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from kevin.evaluation.cluster_batch import ClusterBatch, Worker, first_line
-from kevin.evaluation.cluster_plan import (BatchReport, ClusterConfig, Item, NodeSlots, ProgressFn, WorkerInfo,
+from kevin.evaluation.cluster_plan import (BatchReport, ClusterConfig, Item, NodeSlots, WorkerInfo,
                                            plan_workers, ray_init_kwargs)
 from kevin.evaluation.cluster_worker import EvalWorker
 from kevin.evaluation.config import EvalConfig
-from kevin.records.evaluation import EvalResult
+from kevin.records.evaluation import EvalResult, ProgressFn
 
 _log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kevin.evaluation.cluster_plan import (BatchReport, ClusterConfig, Item, ProgressFn, WorkerSpec, lost_verdict,
+from kevin.evaluation.cluster_plan import (BatchReport, ClusterConfig, Item, WorkerSpec, lost_verdict,
                                            plan_chunks, split_for_retry)
 from kevin.evaluation.config import EvalConfig
-from kevin.records.evaluation import EvalResult
+from kevin.records.evaluation import EvalResult, ProgressFn
 
 _log = logging.getLogger(__name__)
 

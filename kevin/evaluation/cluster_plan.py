@@ -10,17 +10,17 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kevin.evaluation.hardware import default_compile_workers
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
 
-ProgressFn = Callable[[EvalResult], None]
 Item = tuple[Task, Candidate]
 
 _ADDRESS = re.compile(r"^(auto|ray://[^\s:/]+:\d+|[^\s:/]+:\d+)$")
@@ -159,7 +159,8 @@ def worker_compile_pool(num_cpus: int, num_gpus: int, configured: int = 0) -> in
     one. The same rule as the Evaluator's own default, over the worker's cores instead of the machine's."""
     if configured:
         return configured
-    return max(1, num_cpus - 2 * max(1, num_gpus))
+    # At least one core: 0 would make the rule count this machine's cores, not the worker's reservation.
+    return default_compile_workers(num_gpus, max(1, num_cpus))
 
 
 def plan_workers(nodes: Iterable[NodeSlots], backend: str, cfg: ClusterConfig, compile_workers: int = 0) -> list[WorkerSpec]:
@@ -264,5 +265,5 @@ class BatchReport:
     """Workers left out for good (restarts spent, node gone, or not back within start_timeout_s)."""
 
 
-__all__ = ["BatchReport", "ClusterConfig", "Item", "NodeSlots", "ProgressFn", "WorkerInfo", "WorkerSpec",
+__all__ = ["BatchReport", "ClusterConfig", "Item", "NodeSlots", "WorkerInfo", "WorkerSpec",
            "lost_verdict", "plan_chunks", "plan_workers", "ray_init_kwargs", "split_for_retry", "worker_compile_pool"]

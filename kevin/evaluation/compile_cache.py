@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kevin.evaluation.builder import REGISTRATION_MARKER, kernel_names
+from kevin.evaluation.build_sources import REGISTRATION_MARKER, kernel_names
 from kevin.evaluation.rules import cpp_rule_hits
 from kevin.evaluation.runs import CompileFacts
 from kevin.evaluation.symbols import library_hits

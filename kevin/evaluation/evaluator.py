@@ -33,8 +33,8 @@ import time
 from typing import Any, Callable, Iterable
 
 from kevin.evaluation.baselines import BaselineCache, baseline_key as task_baseline_key
-from kevin.evaluation.batch import Batch, CompileSlots, ProgressFn, Started, compile_priority
-from kevin.evaluation.builder import BUILDER_VERSION, Toolchain, load_link_baseline, prepare_headers, prepare_link
+from kevin.evaluation.batch import Batch, CompileSlots, Started, compile_priority
+from kevin.evaluation.builder import load_link_baseline, prepare_headers, prepare_link
 from kevin.evaluation.compile_cache import CompileCache, Compiled
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.hardware import default_compile_workers, machine
@@ -44,8 +44,9 @@ from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.evaluation.rules import load_rules, static_hits
 from kevin.evaluation.runs import RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
+from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
-from kevin.records.evaluation import Candidate, EvalResult, Status
+from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status
 from kevin.records.verdicts import parse_error_verdict
 from kevin.tasks.task import Task
 

@@ -39,13 +39,7 @@ from kevin.analysis.metrics import AnalysisConfig, RunReport
 from kevin.config import RunConfig
 from kevin.experiment.files import TRACKED, write_json
 from kevin.experiment.interfaces import close_all
-from kevin.experiment.outputs import (  # noqa: F401  (compare_runs, wide_curves: imported from here too)
-    REPORT_FILE,
-    compare_runs,
-    load_report,
-    wide_curves,
-    write_report_files,
-)
+from kevin.experiment.outputs import REPORT_FILE, load_report, write_report_files
 from kevin.experiment.progress import Progress
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.rollout.stages import TurnStages, generated_path, parents_path
@@ -58,8 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EvaluationRun", "RolloutPlan", "compare_runs", "load_report", "resolve_checkpoint", "rollout_plan",
-           "write_report_files"]
+__all__ = ["EvaluationRun", "RolloutPlan", "resolve_checkpoint", "rollout_plan"]
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.json"
@@ -382,7 +375,7 @@ class EvaluationRun:
     def select(self, rollout: str, turn: int) -> Path | None:
         """Beam-style selection after ``turn`` (not after the last): per task, ``beam`` picks the trajectories that
         continue and branches them (``parents_T.json``). None without selection."""
-        from kevin.analysis.metrics import outcomes_from_trajectories
+        from kevin.analysis.outcomes import outcomes_from_trajectories
 
         plan, stages = self.plan(rollout), self._stages[rollout]
         if not plan.select or turn + 1 >= plan.turns or not stages.live():
@@ -404,7 +397,8 @@ class EvaluationRun:
 
     def analyse(self) -> Path:
         """The run's report (``report.json``) from every rollout's finished turns."""
-        from kevin.analysis.metrics import analyze_run, outcomes_from_trajectories, report_from_states
+        from kevin.analysis.metrics import analyze_run, report_from_states
+        from kevin.analysis.outcomes import outcomes_from_trajectories
 
         analysis = self.config.analysis
         if len(self.plans) == 1 and not self.plans[0].select:

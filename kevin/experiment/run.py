@@ -50,17 +50,10 @@ import yaml
 from kevin.config import RunConfig
 from kevin.experiment.interfaces import close_all, takes_concurrent_batches
 from kevin.experiment.progress import Progress
-from kevin.experiment.files import (  # noqa: F401  (existing_run, step_dir, torch_threads: imported from here too)
-    CHECKPOINTS_DIR,
-    existing_run,
-    read_json,
-    step_dir,
-    torch_threads,
-    write_json,
-)
+from kevin.experiment.files import CHECKPOINTS_DIR, existing_run, read_json, torch_threads, write_json
 from kevin.experiment.report import verdict_counts
 from kevin.experiment.run_tracking import RunTracking
-from kevin.experiment.splits import split_side, train_tasks  # noqa: F401  (split_side: imported from here too)
+from kevin.experiment.splits import train_tasks
 from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records
@@ -78,7 +71,7 @@ if TYPE_CHECKING:  # the types of the live objects; their modules load torch, ML
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TrainingRun", "existing_run", "split_side", "step_dir", "train_tasks"]
+__all__ = ["TrainingRun"]
 
 
 class TrainingRun(RunTracking):

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 
 class Status(str, enum.Enum):
@@ -105,6 +105,11 @@ class EvalResult:
         data["times"] = PhaseTimes(**data.get("times", {}))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+ProgressFn = Callable[[EvalResult], None]
+"""Called with each verdict as it comes (in completion order); the one-machine and the cluster evaluator take the
+same callback, so it is typed here, below both."""
 
 
 def kernel_score(correct: bool, speedup: float, rule_violation: bool = False) -> float:

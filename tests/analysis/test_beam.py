@@ -8,7 +8,7 @@ import pytest
 
 from kevin.analysis import beam
 from kevin.analysis.beam import BeamConfig, BeamStep, select, trajectory_scores
-from kevin.analysis.metrics import TrajectoryOutcome
+from kevin.analysis.outcomes import TrajectoryOutcome
 
 T = TrajectoryOutcome.of
 

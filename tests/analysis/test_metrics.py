@@ -9,22 +9,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from kevin.analysis import metrics as M
-from kevin.analysis.metrics import (
-    AnalysisConfig,
-    BudgetSplit,
-    KernelOutcome,
-    TaskOutcome,
-    TrajectoryOutcome,
-    analyze_run,
-    avg_over,
-    best_at_k,
-    expected_max_of_subset,
-    geometric_mean,
-    metrics_at,
-    outcomes_from_turns,
-    pass_at_k,
-)
+from kevin.analysis import estimators as E
+from kevin.analysis import outcomes as O
+from kevin.analysis.estimators import avg_over, best_at_k, expected_max_of_subset, geometric_mean, metrics_at, pass_at_k
+from kevin.analysis.metrics import AnalysisConfig, BudgetSplit, analyze_run
+from kevin.analysis.outcomes import KernelOutcome, TaskOutcome, TrajectoryOutcome, outcomes_from_turns
 from kevin.records.rollout import Turn
 
 T = TrajectoryOutcome.of
@@ -58,28 +47,28 @@ TASKS = [TASK_A, TASK_B, TASK_C]
 
 def test_trajectory_metrics_after_each_turn():
     a0, a1, a2, a3 = TASK_A.trajectories
-    assert [M.trajectory_correct(a0, t) for t in (1, 2, 3)] == [False, True, True]
-    assert [M.trajectory_perf(a0, t) for t in (1, 2, 3)] == [0.0, 0.9, 0.9]  # fastest correct, not the latest
-    assert [M.trajectory_perf(a1, t) for t in (1, 2, 3)] == [0.5, 0.5, 2.0]
-    assert [M.trajectory_perf(a3, t) for t in (1, 2, 3)] == [1.0, 1.5, 1.5]
-    assert M.trajectory_perf(a2) == 0.0 and not M.trajectory_correct(a2)
-    assert M.trajectory_perf(TASK_B.trajectories[0]) == 0.0  # incorrect 3.0x does not count
+    assert [O.trajectory_correct(a0, t) for t in (1, 2, 3)] == [False, True, True]
+    assert [O.trajectory_perf(a0, t) for t in (1, 2, 3)] == [0.0, 0.9, 0.9]  # fastest correct, not the latest
+    assert [O.trajectory_perf(a1, t) for t in (1, 2, 3)] == [0.5, 0.5, 2.0]
+    assert [O.trajectory_perf(a3, t) for t in (1, 2, 3)] == [1.0, 1.5, 1.5]
+    assert O.trajectory_perf(a2) == 0.0 and not O.trajectory_correct(a2)
+    assert O.trajectory_perf(TASK_B.trajectories[0]) == 0.0  # incorrect 3.0x does not count
     c0, c1 = TASK_C.trajectories[:2]
-    assert [M.trajectory_perf(c0, t) for t in (1, 2, 3)] == [1.5, 1.5, 1.5]  # stopped early: keeps its state
+    assert [O.trajectory_perf(c0, t) for t in (1, 2, 3)] == [1.5, 1.5, 1.5]  # stopped early: keeps its state
     # fast_p is ">= p": exactly at the threshold counts
-    assert M.trajectory_fast(c0, 1.5) and not M.trajectory_fast(c0, 1.5000001)
-    assert M.trajectory_fast(c1, 1.0, 3) and not M.trajectory_fast(c1, 1.0, 2)
-    assert not M.trajectory_fast(TASK_B.trajectories[0], 1.0)  # incorrect kernels are never fast
+    assert O.trajectory_fast(c0, 1.5) and not O.trajectory_fast(c0, 1.5000001)
+    assert O.trajectory_fast(c1, 1.0, 3) and not O.trajectory_fast(c1, 1.0, 2)
+    assert not O.trajectory_fast(TASK_B.trajectories[0], 1.0)  # incorrect kernels are never fast
     # the bulk function agrees with the single ones
     for traj in (a0, a1, a2, a3, c0, c1):
         for t in (1, 2, 3):
-            row = M.trajectory_metrics(traj, t, (0.0, 1.0, 1.5))
-            assert row == {"correct": float(M.trajectory_correct(traj, t)), "perf": M.trajectory_perf(traj, t),
-                           "fast_0": float(M.trajectory_fast(traj, 0.0, t)),
-                           "fast_1": float(M.trajectory_fast(traj, 1.0, t)),
-                           "fast_1.5": float(M.trajectory_fast(traj, 1.5, t))}
+            row = O.trajectory_metrics(traj, t, (0.0, 1.0, 1.5))
+            assert row == {"correct": float(O.trajectory_correct(traj, t)), "perf": O.trajectory_perf(traj, t),
+                           "fast_0": float(O.trajectory_fast(traj, 0.0, t)),
+                           "fast_1": float(O.trajectory_fast(traj, 1.0, t)),
+                           "fast_1.5": float(O.trajectory_fast(traj, 1.5, t))}
     with pytest.raises(ValueError, match="positive integer"):
-        M.trajectory_perf(a0, 0)
+        O.trajectory_perf(a0, 0)
 
 
 # -------------------------------------------------------------------------------------- estimators
@@ -109,7 +98,7 @@ def test_expected_max_equals_the_mean_over_all_subsets():
 
 def test_subset_weights_matrix():
     # m=4: row k-1 = C(i-1, k-1)/C(4, k) for i = 1..4
-    w = M.subset_max_weights(4)
+    w = E.subset_max_weights(4)
     assert w == pytest.approx(np.array([
         [1 / 4, 1 / 4, 1 / 4, 1 / 4],   # k=1: the mean
         [0, 1 / 6, 2 / 6, 3 / 6],       # k=2
@@ -119,10 +108,10 @@ def test_subset_weights_matrix():
     assert not w.flags.writeable  # shared by every caller through the cache
     # at the paper's largest split (m = 128) the bulk path agrees with the one-k function
     values = sorted((i * 37 % 101) / 17 for i in range(128))
-    bulk = M.subset_max_weights(128) @ values
+    bulk = E.subset_max_weights(128) @ values
     for k in (1, 2, 16, 64, 127, 128):
         assert bulk[k - 1] == pytest.approx(expected_max_of_subset(values, k), rel=1e-12)
-    assert M.subset_max_weights(128).sum(axis=1) == pytest.approx([1.0] * 128, rel=1e-12)
+    assert E.subset_max_weights(128).sum(axis=1) == pytest.approx([1.0] * 128, rel=1e-12)
 
 
 def test_pass_at_k_by_hand_and_edges():

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from kevin.analysis import plots
-from kevin.analysis.metrics import AnalysisConfig, TaskOutcome, TrajectoryOutcome, analyze_run
+from kevin.analysis.metrics import AnalysisConfig, analyze_run
+from kevin.analysis.outcomes import TaskOutcome, TrajectoryOutcome
 
 T = TrajectoryOutcome.of
 F0 = (False, 0.0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.analysis.metrics import AnalysisConfig, TaskOutcome, TrajectoryOutcome, analyze_run
+from kevin.analysis.metrics import AnalysisConfig, analyze_run
+from kevin.analysis.outcomes import TaskOutcome, TrajectoryOutcome
 from kevin.analysis.tables import (
     best_at_k_csv,
     comparison_csv,

@@ -9,14 +9,8 @@ import json
 import pytest
 
 from kevin.analysis import AnalysisConfig, BeamConfig, TaskOutcome, TrajectoryOutcome, analyze_run
-from kevin.experiment.evaluate import (
-    RolloutPlan,
-    compare_runs,
-    load_report,
-    resolve_checkpoint,
-    rollout_plan,
-    wide_curves,
-)
+from kevin.experiment.evaluate import RolloutPlan, resolve_checkpoint, rollout_plan
+from kevin.experiment.outputs import compare_runs, load_report, wide_curves
 
 
 def test_one_rollout_of_the_largest_split_without_selection_and_one_per_split_with_it():

@@ -52,7 +52,7 @@ def test_bad_experiment_settings(settings, message):
 def test_the_update_runs_on_its_own_thread_count_and_gives_the_old_one_back():
     import torch
 
-    from kevin.experiment.run import torch_threads
+    from kevin.experiment.files import torch_threads
 
     before = torch.get_num_threads()
     with torch_threads(before + 1):

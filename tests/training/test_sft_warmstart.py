@@ -32,7 +32,7 @@ def _task_id(path: Path) -> str:
 def test_every_file_is_a_short_solution_of_a_bundled_train_task_that_passes_the_static_rules(suite, backend):
     from kevin.config import RunConfig
     from kevin.evaluation.rules import load_rules, static_hits
-    from kevin.experiment.run import split_side
+    from kevin.experiment.splits import split_side
 
     files = sorted((DATA / backend).rglob("*.py"))
     assert len(files) >= 20
