@@ -20,14 +20,15 @@
 # that would end past the call's time (CALL_S, default 590 s: give the call timeout_s 600; experiment.time_limit_s
 # does the pausing), then prints the learning figures (`kevin learning`); the log streams to $OUT/train.log, so a
 # call cut off still returns it, and a hung process is aborted with every thread's stack in that log. `eval`
-# evaluates the warm-started model and the newest checkpoint on the train and the eval split. Every device stage
+# evaluates the warm-started model and the newest checkpoint on the train and the eval split. `timing` judges our
+# level-1 CUDA answers beside a busy GPU and a busy host (scripts/gpu_timing_contention.py). Every other device stage
 # returns the run folder, gzipped, in pieces of 15 MiB ($OUT/run.tar.part-*). `prepare RUN_BACK` (the folder they
 # landed in) adds them to the whole run kept here (.carry/full/outputs: every step's rollouts, for the record) and
 # packs what the next machine needs: the warm start, the checkpoint, MLflow, the evaluations, every step's summary,
 # and the rollouts of steps after the newest checkpoint (a resume redoes those from their files); the rollouts of
 # checkpointed steps stay here.
 set -uo pipefail
-STAGE=${1:?usage: gpu_learn.sh prepare|carried|check|sft|train|eval}
+STAGE=${1:?usage: gpu_learn.sh prepare|carried|check|timing|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 # LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
 # LEARN=configs/h200_learn.yaml; the default is the second (a cut-off answer scores 0). Both share the warm start.
@@ -139,6 +140,11 @@ case "$STAGE" in
     device_setup
     python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf ${TESTS:-tests/gpu/test_cuda_sandbox.py} 2>&1 \
       | grep -v -i warn | tee "$OUT/check.log" | tail -40 ;;
+  timing)
+    # Honest kernels judged beside other work on the GPU and the host (docs/judge.md: the H200's timing_mismatch
+    # flags): scripts/gpu_timing_contention.py with the run's evaluation settings. ROUNDS: judgings per neighbour.
+    device_setup
+    python3 scripts/gpu_timing_contention.py --rounds "${ROUNDS:-2}" 2>&1 | grep -v -i warn | tee "$OUT/timing.log" | tail -40 ;;
   carried)
     du -sh .carry/call_* 2>/dev/null; nvidia-smi -L
     # TESTS: GPU tests worth the call's spare seconds (e.g. tests/policy/test_hf_gpu.py before a run that relies on it).
@@ -173,5 +179,5 @@ case "$STAGE" in
       done
     done
     pack_run ;;
-  *) echo "unknown stage $STAGE" >&2; exit 2 ;;
+  *) echo "unknown stage $STAGE (prepare|carried|check|timing|sft|train|eval)" >&2; exit 2 ;;
 esac

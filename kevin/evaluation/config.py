@@ -99,7 +99,8 @@ class EvalConfig(Settings):
     alone. The timing marks of every call pass through Python threads of the process that holds the evaluator: a
     busy thread there (a training run generating the next wave) kept each mark waiting up to the default 5 ms for
     the interpreter lock, which the evaluator's clock counted against the call, and identical honest kernels were
-    flagged ``timing_mismatch`` (16 times in two H200 runs; 3 of 8 on cpu with two busy threads, 0 of 8 at 0.2 ms)."""
+    flagged ``timing_mismatch`` (3 of 8 on cpu with two busy threads, 0 of 8 at 0.2 ms). It does not remove the
+    H200's flags, which have another cause (docs/judge.md)."""
 
     transport: str = "auto"
     """How candidates hand their outputs to the judge: `file`, `ipc` (CUDA IPC, cuda only) or `auto` (IPC where
