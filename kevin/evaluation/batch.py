@@ -207,7 +207,7 @@ class Batch:
         self._show("set_total", "baselines", len(uncached))
         self._show("set_total", "compiling", len(compile_q))
         self._show("set_total", "running", len(compile_q))
-        overlap = ev.config.backend == "cuda"  # on cpu, compiling beside timed runs would skew the timings
+        overlap = ev.config.target.overlaps_compiles
         runners = [threading.Thread(target=self.run_worker, args=(d,), daemon=True) for d in devices]
         # Baselines first, before any compile worker takes the cores: PyTorch eager's times are cached for every
         # later batch and must not carry this batch's load (cuDNN's host-side work slows down under it).

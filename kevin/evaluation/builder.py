@@ -48,6 +48,7 @@ from kevin.evaluation.headers import (ensure_full_only, ensure_glue, ensure_head
                                       precompile, write_replacing)
 from kevin.evaluation.nvcc import run_nvcc
 from kevin.evaluation.toolchain import GLUE_OBJECT, Toolchain, run_compiler
+from kevin.records.target import KernelTarget
 
 MAX_COMPILE_JOBS = 3
 """The most compiler processes one build runs at once: the host unit, and nvcc's host and device passes
@@ -95,7 +96,7 @@ def ensure_link_baseline(toolchain: Toolchain) -> str:
     target = folder / LINK_BASELINE
     if target.is_file():
         return ""
-    cuda = toolchain.backend == "cuda"
+    cuda = KernelTarget.parse(toolchain.backend).is_gpu
     req = ExtensionRequest(name="kevin_link_baseline", cpp_sources=(_BASELINE_CPP if cuda else _BASELINE_CPU,),
                            cuda_sources=(_BASELINE_CUDA,) if cuda else (), functions=("kevin_baseline_zero",))
     out = folder / f"link_baseline.{os.getpid()}"  # evaluators of other processes may build it at once

@@ -96,7 +96,7 @@ class ClusterEvaluator:
         nodes = self._nodes()
         specs = plan_workers(nodes, self.config.backend, self.cluster, self.config.compile_workers)
         if not specs:
-            what = "GPUs" if self.config.backend == "cuda" else "CPU cores"
+            what = "GPUs" if self.config.target.is_gpu else "CPU cores"
             raise RuntimeError(f"the Ray cluster offers no {what} for an evaluation worker (nodes: "
                                f"{[(n.ip, n.cpus, n.gpus) for n in nodes]} as (ip, CPUs, GPUs)); start its nodes with "
                                "`ray start ... --num-gpus N`, or use backend cpu")

@@ -16,6 +16,7 @@ from typing import Any
 
 from kevin.evaluation.hardware import default_compile_workers
 from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
+from kevin.records.target import KernelTarget
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
@@ -167,7 +168,7 @@ def plan_workers(nodes: Iterable[NodeSlots], backend: str, cfg: ClusterConfig, c
     """The workers to start on ``nodes``: per node, as many as ``cfg`` asks and the node's resources hold."""
     specs: list[WorkerSpec] = []
     for node in sorted(nodes, key=lambda n: (n.ip, n.node_id)):
-        cuda = backend == "cuda"
+        cuda = KernelTarget.parse(backend).is_gpu
         gpus = cfg.gpus_per_worker if cuda else 0
         fits = node.gpus // gpus if cuda else node.cpus
         if cfg.cpus_per_worker:

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from kevin.evaluation.isolation import SandboxConfig
+from kevin.records.target import TARGETS, KernelTarget
 from kevin.settings import Settings
 
-BACKENDS = ("cuda", "cpu")
+BACKENDS = TARGETS
 
 
 def default_cache_dir() -> Path:
@@ -200,18 +201,23 @@ class EvalConfig(Settings):
                     raise ValueError(f"tolerance for {dtype} must be >= 0")
 
     @property
+    def target(self) -> KernelTarget:
+        """The kernel target ``backend`` names (validated in ``__post_init__``)."""
+        return KernelTarget.parse(self.backend)
+
+    @property
     def resolved_profile(self) -> str:
-        return self.profile or ("cpu" if self.backend == "cpu" else "default")
+        return self.profile or self.target.default_profile
 
     @property
     def resolved_flush_bytes(self) -> int:
         if self.flush_bytes:
             return self.flush_bytes
-        return (256 if self.backend == "cuda" else 32) * 1024 * 1024
+        return self.target.default_flush_bytes
 
     @property
     def resolved_clock_slack_ms(self) -> float:
-        return self.clock_slack_ms or (0.1 if self.backend == "cuda" else 1.0)
+        return self.clock_slack_ms or self.target.default_clock_slack_ms
 
     @property
     def resolved_cache_dir(self) -> Path:

@@ -79,7 +79,7 @@ class Evaluator:
         workers = self.config.compile_workers or default_compile_workers(len(self.devices()), cores)
         self.compile_slots = CompileSlots(workers, cores, self.config.compile_jobs)
         # On cpu a run process started ahead would take cores from the one being timed.
-        self.prestart = self.config.prestart_runs if self.config.backend == "cuda" else 0
+        self.prestart = self.config.prestart_runs if self.config.target.prestarts_runs else 0
         # The last batch's timeline (monotonic clock), for benchmarks: when each run and each compile went on.
         self.run_intervals: list[tuple[str, float, float]] = []
         self.compile_intervals: list[tuple[float, float]] = []
@@ -120,7 +120,7 @@ class Evaluator:
     # -- machine and toolchain ---------------------------------------------------------------------
 
     def devices(self) -> list[str]:
-        if self.config.backend == "cpu":
+        if not self.config.target.is_gpu:
             return ["cpu"]
         ids = self.config.gpus or list(range(len(self.gpu_names)))
         return [f"cuda:{i}" for i in ids]
@@ -174,7 +174,7 @@ class Evaluator:
     def _new_judge(self, device: str) -> JudgeClient:
         s = self.config.sandbox
         sandbox = {"network": s.network != "off", "seccomp": s.seccomp != "off", "rlimits": {"RLIMIT_CORE": 0}}
-        env = child_env(self._env(gpu_visible=self.config.backend == "cuda"))
+        env = child_env(self._env(gpu_visible=self.config.target.is_gpu))
         return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
                            timeout_s=max(600.0, self.config.timeout_s))
 
@@ -351,7 +351,7 @@ class Evaluator:
         plan, spec = self._plan(task, compiled, device)
         cfg = self.config
         job = HarnessJob({**spec, "solution_source": candidate.source, "gated": gated}, memory_limit_mb=cfg.memory_limit_mb,
-                         env_extra=self._env(gpu_visible=cfg.backend == "cuda"), sandbox=cfg.sandbox, backend=cfg.backend,
+                         env_extra=self._env(gpu_visible=cfg.target.is_gpu), sandbox=cfg.sandbox, backend=cfg.backend,
                          read_only=[str(compiled.ext_dir)], cpu_seconds=int(3 * cfg.timeout_s) + 60)
         return job, plan
 
@@ -376,7 +376,7 @@ class Evaluator:
         result = assemble(task.task_id, candidate.key, self.config.backend, facts, baseline, self.config.correctness_trials,
                           self.config.speedup_flag_threshold, compiled.compile_s, compiled.compile_path)
         result.warnings = compiled.warnings + result.warnings
-        result.threads = self.config.cpu_threads if self.config.backend == "cpu" else 0
+        result.threads = 0 if self.config.target.is_gpu else self.config.cpu_threads
         if result.flagged_speedup:
             # Too good to trust on one measurement: judge it again in a fresh process.
             job, plan = self.start_run(task, candidate, compiled, device, gated=False)
@@ -434,7 +434,7 @@ class Evaluator:
         """Whether several ``evaluate_many`` calls may run at once without changing their verdicts. On cuda they
         share the compile slots, and the device lock keeps every timed run alone on its GPU. On cpu one batch's
         compiles would share the cores with another's timed runs, so its callers take one batch at a time."""
-        return self.config.backend == "cuda"
+        return self.config.target.overlaps_compiles
 
     def evaluate_many(self, items: Iterable[tuple[Task, Candidate]], progress: ProgressFn | None = None,
                       show_progress: bool = False) -> list[EvalResult]:

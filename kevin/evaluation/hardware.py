@@ -11,6 +11,8 @@ import platform
 import subprocess
 from pathlib import Path
 
+from kevin.records.target import KernelTarget
+
 
 def gpu_info() -> tuple[list[str], str]:
     """(names of visible GPUs, compute capability like '9.0') without touching CUDA in this process."""
@@ -44,7 +46,7 @@ def machine(backend: str) -> tuple[list[str], str, str]:
 
     The hardware name is part of every baseline key, so timings from another GPU or CPU are never reused.
     """
-    if backend != "cuda":
+    if not KernelTarget.parse(backend).is_gpu:
         return [], "", cpu_name()
     names, arch = gpu_info()
     if not names:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kevin.evaluation.toolchain import (CUDA_LITE, GLUE_OBJECT, GLUE_SOURCE, LITE_HEADER, OPS_HEADER, OPT_FLAGS,
                                         Toolchain, run_compiler)
+from kevin.records.target import KernelTarget
 
 FULL_ONLY = "full_only_identifiers.txt"
 """The listing of ``ensure_full_only``, in the header folder."""
@@ -143,7 +144,7 @@ def ensure_full_only(toolchain: Toolchain) -> None:
     listing = Path(toolchain.pch_dir) / FULL_ONLY
     if not listing.exists():
         full_only = _identifiers(toolchain, False) - _identifiers(toolchain, True)
-        if toolchain.backend == "cuda":
+        if KernelTarget.parse(toolchain.backend).is_gpu:
             full_only |= _cuda_header_identifiers(toolchain)
         write_replacing(listing, "\n".join(sorted(full_only)))
 

@@ -22,6 +22,7 @@ from kevin.evaluation.build_sources import ExtensionRequest, RequestError
 from kevin.evaluation.builder import CompileFailure, build_extension, find_library
 from kevin.evaluation.rules import RuleHit, cpp_rule_hits, flag_hits
 from kevin.evaluation.toolchain import Toolchain
+from kevin.records.target import KernelTarget
 
 
 class RuleFailure(Exception):
@@ -123,7 +124,7 @@ class InlineLoader:
     def _check(self, req: ExtensionRequest) -> None:
         hits = cpp_rule_hits(list(req.cpp_sources) + list(req.cuda_sources), self.rules)
         hits += flag_hits([*req.extra_cflags, *req.extra_cuda_cflags, *req.extra_ldflags], self.rules, words=True)
-        if req.cuda_sources and self.backend != "cuda":
+        if req.cuda_sources and not KernelTarget.parse(self.backend).is_gpu:
             hits.append(RuleHit("inline_kernel_required", "CUDA sources on the cpu backend: write C++ for the cpu backend"))
         if hits:
             raise RuleFailure(hits[0])
@@ -154,7 +155,7 @@ class InlineLoader:
         """After the solution is imported: was real inline compute handed to the compiler?"""
         if not self.requests:
             return RuleHit("inline_kernel_required", "no load_inline call: the compute must be an inline kernel")
-        if self.backend == "cuda":
+        if KernelTarget.parse(self.backend).is_gpu:
             from kevin.evaluation.build_sources import kernel_names
 
             if not kernel_names([s for r in self.requests for s in r.cuda_sources]):

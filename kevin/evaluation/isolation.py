@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kevin.evaluation.kernel_filters import apply_landlock, apply_seccomp, load_libc
+from kevin.records.target import KernelTarget
 
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -152,7 +153,7 @@ def make_spec(cfg: SandboxConfig, backend: str, workdir: str, memory_bytes: int,
             "RLIMIT_NOFILE": cfg.max_open_files,
             "RLIMIT_FSIZE": cfg.max_file_bytes,
             "RLIMIT_CPU": cpu_seconds,
-            **({"RLIMIT_AS": memory_bytes} if backend == "cpu" and memory_bytes else {}),
+            **({"RLIMIT_AS": memory_bytes} if KernelTarget.parse(backend).limits_address_space and memory_bytes else {}),
         },
         "network": cfg.network != "off",
         "mounts": cfg.mounts != "off",

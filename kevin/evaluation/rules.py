@@ -20,6 +20,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from kevin.records.target import KernelTarget
+
 RULES_FILE = Path(__file__).with_name("default_rules.yaml")
 
 
@@ -302,7 +304,7 @@ def _check_inline_required(tree: ast.Module, aliases: dict[str, str], backend: s
     if not calls:
         yield RuleHit("inline_kernel_required", "no load_inline call: the compute must be an inline kernel")
         return
-    if backend == "cuda" and not any("__global__" in s for s in _string_constants(tree)):
+    if KernelTarget.parse(backend).is_gpu and not any("__global__" in s for s in _string_constants(tree)):
         yield RuleHit("inline_kernel_required", "no __global__ CUDA kernel in the sources")
 
 

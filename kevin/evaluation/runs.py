@@ -20,6 +20,7 @@ from kevin.records.evaluation import Status, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
                                       forbidden_ops, kernel_time_problem, measure_overhead)
+from kevin.records.target import KernelTarget
 
 REPORTABLE = {"parse_error": Status.PARSE_ERROR, "rule_violation": Status.RULE_VIOLATION, "compile_error": Status.COMPILE_ERROR,
               "runtime_error": Status.RUNTIME_ERROR, "task_error": Status.RUNTIME_ERROR, "incorrect": Status.INCORRECT}
@@ -377,7 +378,8 @@ class RunDriver:
         if not isinstance(message.get("ext_calls"), int) or message["ext_calls"] < 1:
             self.violation("decoy_kernel", "the forward never called the compiled extension")
             return
-        profiled = plan.backend == "cpu" or watched
+        gpu = KernelTarget.parse(plan.backend).is_gpu
+        profiled = not gpu or watched
         if profiled:
             if not isinstance(message.get("ops"), list):
                 self.violation("torch_compute_runtime", "the forward's PyTorch ops were not reported")
@@ -386,7 +388,7 @@ class RunDriver:
             if bad:
                 self.violation("torch_compute_runtime", f"PyTorch compute ran in the forward: {', '.join(bad[:5])}")
                 return
-        if plan.backend == "cuda" and watched:
+        if gpu and watched:
             kernels = _strings(message.get("kernels"), 200)
             own, foreign = classify_kernels(kernels, plan.own_kernels)
             if not own:
@@ -417,7 +419,7 @@ class RunDriver:
             self._phase = "again"
             self.job.send({"t": "again"})
             return
-        if not problem and plan.backend == "cuda":
+        if not problem and KernelTarget.parse(plan.backend).is_gpu:
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:
             self.violation("timing_mismatch", f"timing does not match the evaluator's clock: {problem}")

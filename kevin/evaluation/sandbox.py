@@ -29,6 +29,7 @@ from typing import Any
 
 from kevin.evaluation import protocol
 from kevin.evaluation.isolation import CgroupJob, SandboxConfig, make_spec
+from kevin.records.target import KernelTarget
 
 ENV_ALLOWLIST = (
     "PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "CC", "CXX",
@@ -133,6 +134,7 @@ class HarnessJob:
                  writable: list[str] | None = None, cpu_seconds: int = 3600):
         self.sandbox = sandbox = sandbox or SandboxConfig()
         self.backend = backend
+        self.target = KernelTarget.parse(backend)
         self.workdir = workdir = Path(tempfile.mkdtemp(prefix="kevin-job-"))
         os.chmod(workdir, 0o700)
         self.token = secrets.token_hex(32)
@@ -141,7 +143,7 @@ class HarnessJob:
         self.staging = workdir / "stage"
         self.staging.mkdir()
         self.memory_bytes = memory_limit_mb * 1024 * 1024
-        self.cgroup = CgroupJob(workdir.name, sandbox.max_processes, self.memory_bytes if backend == "cuda" else 0) \
+        self.cgroup = CgroupJob(workdir.name, sandbox.max_processes, 0 if self.target.limits_address_space else self.memory_bytes) \
             if sandbox.cgroup != "off" else None
         spec = make_spec(sandbox, backend, str(workdir), self.memory_bytes, cpu_seconds, nice,
                          self.cgroup.procs_files if self.cgroup else [], read_only or [], writable or [])
@@ -185,7 +187,7 @@ class HarnessJob:
     def next(self, deadline: float) -> protocol.Received | None:
         """The next message, or None at the deadline or when a limit was hit (``limit_hit`` says which)."""
         polled_pids = not (self.cgroup and self.cgroup.limits_pids)
-        polled_memory = self.backend == "cuda" and not (self.cgroup and self.cgroup.limits_memory)  # cpu has RLIMIT_AS
+        polled_memory = not self.target.limits_address_space and not (self.cgroup and self.cgroup.limits_memory)  # cpu has RLIMIT_AS
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kevin.records.target import KernelTarget
+
 BUILDER_VERSION = "kevin-build-4"
 OPT_FLAGS = ("-O3", "-fopenmp")
 """Code generation of the host translation unit: optimised (torch's own JIT build passes no -O, i.e. -O0,
@@ -122,7 +124,8 @@ class Toolchain:
 
         require_disassembler()  # every build is disassembled before it is trusted: no disassembler, no evaluator
 
-        device = "cuda" if backend == "cuda" else "cpu"
+        gpu = KernelTarget.parse(backend).is_gpu
+        device = "cuda" if gpu else "cpu"
         try:
             includes = _paths(cpp_extension.include_paths, device)
             libs = _paths(cpp_extension.library_paths, device)
@@ -135,7 +138,7 @@ class Toolchain:
         if hasattr(torch._C, "_GLIBCXX_USE_CXX11_ABI"):
             defines.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
         nvcc, nvcc_flags, arch = "", (), ()
-        if backend == "cuda":
+        if gpu:
             cuda_home = getattr(cpp_extension, "CUDA_HOME", None) or os.environ.get("CUDA_HOME") or "/usr/local/cuda"
             nvcc = os.path.join(cuda_home, "bin", "nvcc")
             if not os.path.exists(nvcc):
@@ -191,7 +194,7 @@ class Toolchain:
 
     def link_command(self, objects: list[str], name: str, extra: list[str]) -> list[str]:
         libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
-        if self.backend == "cuda":
+        if KernelTarget.parse(self.backend).is_gpu:
             libs = ["-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", "-lcudart"]
         # -Bsymbolic: the library's calls to functions (and uses of data) it defines itself are bound to its own
         # definitions when it is linked. Without it they go through the dynamic linker, which binds them to the first

@@ -57,6 +57,7 @@ from kevin.experiment.splits import train_tasks
 from kevin.policy.protocol import Policy
 from kevin.records.jsonl import atomic_write_text, read_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records
+from kevin.records.target import KernelTarget
 from kevin.rollout.stages import TurnStages, generated_path
 from kevin.rollout.waves import wave_slots
 from kevin.tasks.task import Task
@@ -147,7 +148,7 @@ class TrainingRun(RunTracking):
                                 "kevin.policy.protocol.Policy (state_dict, load_state_dict, close, max_response_tokens, "
                                 "set_max_response_tokens, config)")
         self.evaluator = batch_evaluator(cfg.evaluation, cfg.cluster)
-        if self.waves > 1 and cfg.backend == "cpu" and cfg.policy.backend != "openai":
+        if self.waves > 1 and not KernelTarget.parse(cfg.backend).is_gpu and cfg.policy.backend != "openai":
             log.warning("experiment.rollout_waves=%d on the cpu backend: a wave's timed runs share the cores with the "
                         "next wave's generation, which slows them unevenly; use 1 unless the policy runs elsewhere",
                         self.waves)

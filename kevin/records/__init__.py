@@ -7,6 +7,7 @@
 - ``verdicts``: the feedback line of a verdict and the parse-error verdict (one wording for every producer);
 - ``generation``: ``Prompt`` (messages and their rendering) and ``GenerationOut`` (a policy's response);
 - ``rollout``: ``Turn``, ``Trajectory``, ``TrainingSample`` and their JSONL files (``jsonl``).
+- ``target``: ``KernelTarget``, the kernel target (``cuda`` or ``cpu``) a config's ``backend`` names.
 
 Only the standard library is imported here (the evaluator's sandboxed harness imports these records too).
 """
@@ -24,12 +25,14 @@ from kevin.records.rollout import (
     save_records,
     save_turns,
 )
+from kevin.records.target import KernelTarget
 from kevin.records.verdicts import feedback_line, parse_error_verdict
 
 __all__ = [
     "Candidate",
     "EvalResult",
     "GenerationOut",
+    "KernelTarget",
     "Messages",
     "PhaseTimes",
     "Prompt",

@@ -8,9 +8,10 @@ with the evaluator: the run's root config (``kevin.config.RunConfig``) sets them
 from __future__ import annotations
 
 from dataclasses import dataclass
+from kevin.records.target import TARGETS
 from kevin.settings import Settings
 
-BACKENDS = ("cuda", "cpu")
+BACKENDS = TARGETS
 
 
 @dataclass

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from kevin.records.generation import Messages, Prompt
+from kevin.records.target import KernelTarget
 from kevin.rollout.parsing import opens_reasoning
 from kevin.tasks.task import Task
 
@@ -34,7 +35,7 @@ def tokenizer_counter(tokenizer: Any) -> TokenCounter:
 
 def resolved_profile(backend: str, profile: str = "") -> str:
     """The task size profile to show: the same default the evaluator uses (EvalConfig.resolved_profile)."""
-    return profile or ("cpu" if backend == "cpu" else "default")
+    return profile or KernelTarget.parse(backend).default_profile
 
 
 # ------------------------------------------------------------------------------ prompt text
@@ -242,7 +243,7 @@ _EXAMPLE_SUMMARY = {
 def example_solution(backend: str) -> str:
     """The one-shot example's solution for ``backend`` (shown in the first turn only)."""
     _check_backend(backend)
-    return _EXAMPLE_CUDA if backend == "cuda" else _EXAMPLE_CPU
+    return _EXAMPLE_CUDA if KernelTarget.parse(backend).is_gpu else _EXAMPLE_CPU
 
 
 def _check_style(style: str) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from kevin.records.target import KernelTarget
 from kevin.settings import Settings
 from kevin.tasks.task import Task
 
@@ -143,7 +144,7 @@ def merge_adapter(model: Any, folder: str | Path) -> Any:
 def reasoning_text(task: Task, backend: str) -> str:
     """The reasoning of a warm-start answer: what the reference computes and the plan (no model wrote it, so it
     only states the approach every reference solution takes)."""
-    target = "one CUDA kernel per step, compiled inline" if backend == "cuda" else "plain C++ loops, compiled inline"
+    target = "one CUDA kernel per step, compiled inline" if KernelTarget.parse(backend).is_gpu else "plain C++ loops, compiled inline"
     return (f"The reference `Model` of {task.task_id} computes its forward with PyTorch operators. I replace that "
             f"forward with {target} by load_inline, computing the same outputs from raw pointers, and keep the "
             "constructor and forward signatures.")
@@ -151,7 +152,7 @@ def reasoning_text(task: Task, backend: str) -> str:
 
 def summary_text(backend: str) -> str:
     """The summary after the code block of a warm-start answer."""
-    where = "CUDA kernels" if backend == "cuda" else "C++ loops"
+    where = "CUDA kernels" if KernelTarget.parse(backend).is_gpu else "C++ loops"
     return (f"The solution computes the forward with {where} over contiguous float buffers; Python only allocates "
             "the outputs and calls the compiled functions.")
 
