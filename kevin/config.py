@@ -38,7 +38,8 @@ from kevin.params import (
 from kevin.policy.config import PolicyConfig, SamplingConfig
 from kevin.policy.openai_backend import OpenAIConfig
 from kevin.rewards import RewardConfig
-from kevin.rollout.config import BACKENDS, RolloutConfig
+from kevin.records.target import TARGETS
+from kevin.rollout.config import RolloutConfig
 from kevin.settings import Settings, positive_int
 from kevin.tasks.splits import SplitConfig
 from kevin.tracking import TrackingConfig
@@ -140,8 +141,8 @@ class RunConfig(Settings):
                              "task's trajectories")
 
     def _check_shared(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS} (cuda on a GPU machine), got {self.backend!r}")
+        if self.backend not in TARGETS:
+            raise ValueError(f"backend must be one of {TARGETS} (cuda on a GPU machine), got {self.backend!r}")
         if not isinstance(self.profile, str):
             raise ValueError(f"profile must be a task size profile name or empty, got {self.profile!r}")
         t = self.temperature

@@ -27,9 +27,18 @@ def _has_cuda() -> bool:
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    """Compiled extensions and baselines for this test session (KEVIN_CACHE_DIR reuses one across runs)."""
+    """Compiled extensions and baselines for this test session (KEVIN_CACHE_DIR reuses one across runs).
+
+    Under pytest-xdist every worker has a base folder of its own inside the run's: the cache goes in the run's, so
+    the test processes share one, as evaluators sharing KEVIN_CACHE_DIR do (headers are prepared under a lock,
+    builds and baselines are written by atomic renames). Each worker preparing its own headers cost 45 s of CPU."""
     shared = os.environ.get("KEVIN_CACHE_DIR")
-    return Path(shared) if shared else tmp_path_factory.mktemp("kevin-cache")
+    if shared:
+        return Path(shared)
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "kevin-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from kevin.evaluation.isolation import SandboxConfig
 from kevin.records.target import TARGETS, KernelTarget
 from kevin.settings import Settings
 
-BACKENDS = TARGETS
-
 
 def default_cache_dir() -> Path:
     """Where compiled extensions and cached baselines live (KEVIN_CACHE_DIR overrides)."""
@@ -163,8 +161,8 @@ class EvalConfig(Settings):
     def __post_init__(self) -> None:
         if isinstance(self.sandbox, dict):
             self.sandbox = SandboxConfig.from_dict(self.sandbox)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend not in TARGETS:
+            raise ValueError(f"backend must be one of {TARGETS}, got {self.backend!r}")
         if self.correctness_trials < 1:
             raise ValueError("correctness_trials must be >= 1 (5 or more for reported numbers)")
         if self.baseline_rounds < 1:

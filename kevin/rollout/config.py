@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from kevin.records.target import TARGETS
 from kevin.settings import Settings
 
-BACKENDS = TARGETS
-
 
 @dataclass
 class RolloutConfig(Settings):
@@ -64,8 +62,8 @@ class RolloutConfig(Settings):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r} (use the evaluator's backend)")
+        if self.backend not in TARGETS:
+            raise ValueError(f"backend must be one of {TARGETS}, got {self.backend!r} (use the evaluator's backend)")
         if self.max_prompt_tokens < 256:
             raise ValueError(f"max_prompt_tokens={self.max_prompt_tokens} cannot hold even the base prompt; "
                              "use at least 256 (the paper uses 8192)")

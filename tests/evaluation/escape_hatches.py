@@ -1,6 +1,7 @@
 """Candidates for the native checks (symbols.py): hostile ones, one per way round the static rules that an earlier
 evaluator missed, and honest ones written in unusual styles that must stay correct. Shared by the cpu test
-(test_escape_hatches.py, a real Evaluator with the default rules) and the cuda one (tests/gpu).
+(test_escape_hatches.py, a real Evaluator with the default rules) and the cuda ones (tests/gpu on the device, and
+test_fast_compile.py, which compiles them with nvcc and checks the objects without a GPU).
 
 Each hostile candidate is a working relu that also does the forbidden thing, spelled so the text rules do not
 see it (``using namespace at;``, ``extern "C"`` declarations, inline assembly): what must refuse it is the check

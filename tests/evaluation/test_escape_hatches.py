@@ -4,13 +4,10 @@ assembly, PyTorch compute under another name (the dispatcher with the profiler s
 name, a tensor method, a namespace alias), aten operators re-registered. Each hostile candidate is followed in
 the same batch by an honest one, which must still be correct; honest kernels in unusual styles (OpenMP,
 at::parallel_for, AVX2 intrinsics with a lookup table, templates, at::vec, KernelBench's flag lists) must be
-correct too.
+correct too. The cuda ones are compiled with nvcc and checked without a GPU in test_fast_compile.py.
 """
 
 from __future__ import annotations
-
-import shutil
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -62,46 +59,3 @@ def test_the_messages_name_what_was_found(batch):
               "method_compute": "aten::relu", "profiler_switched_off": "the profiler's recording"}
     for name, text in expect.items():
         assert text in batch[name].error, (name, batch[name].error)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_cuda_escape_hatches_are_seen_in_nvccs_objects_without_a_gpu(tmp_path, monkeypatch):
-    """The cuda candidates of tests/gpu/test_cuda_escape_hatches.py, compiled as the evaluator compiles them (nvcc's
-    host object of the .cu, the host unit) and checked here, where there is no GPU to run them: each hostile one is
-    refused by the rule the GPU test expects, and no honest one by any."""
-    from kevin.evaluation.build_sources import ExtensionRequest
-    from kevin.evaluation.builder import MAX_COMPILE_JOBS, compile_objects, prepare_headers
-    from kevin.evaluation.toolchain import Toolchain
-    from kevin.evaluation.rules import load_rules, static_hits
-    from kevin.evaluation.symbols import library_hits
-    from tests.conftest import cuda_solution
-    from tests.evaluation.escape_hatches import honest_cuda, hostile_cuda
-    from tests.evaluation.test_fast_compile import _load_inline_kwargs
-
-    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    toolchain = Toolchain.detect("cuda", str(tmp_path / "headers"))
-    assert prepare_headers(toolchain) == ""
-    rules = load_rules()
-    cases = {name: (source, rule) for name, (source, rule) in hostile_cuda(cuda_solution).items()}
-    cases.update({name: (source, "") for name, source in honest_cuda(cuda_solution).items()})
-    requests, verdicts = {}, {}
-    for name, (source, _) in cases.items():
-        static = [h.rule_id for h in static_hits(source, "cuda", rules)]
-        if static:
-            verdicts[name] = static[0]
-            continue
-        path = tmp_path / f"{name}.py"
-        path.write_text(source)
-        requests[name] = ExtensionRequest.from_call(_load_inline_kwargs(path))
-
-    def build(name: str) -> tuple[str, str]:
-        folder = tmp_path / name
-        _, errors = compile_objects(requests[name], toolchain, folder, lite=True, jobs=MAX_COMPILE_JOBS)
-        assert not errors, (name, errors[-2000:])
-        hits = library_hits(folder, rules["native_symbols"], EvalConfig().allowed_runtime_ops)
-        return name, hits[0].rule_id if hits else ""
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        verdicts.update(dict(pool.map(build, sorted(requests))))
-    assert verdicts == {name: rule for name, (_, rule) in cases.items()}

@@ -1,6 +1,7 @@
 """Our build on the cuda backend, without a GPU: every bundled CUDA reference compiles on the narrow-header
-path (nvcc for the kernels, the host translation unit with the operator registration), and kernel names
-are read right whatever attributes a kernel carries."""
+path (nvcc for the kernels, the host translation unit with the operator registration) and passes the native
+checks; the cuda escape hatches of tests/gpu/test_cuda_escape_hatches.py are refused from nvcc's objects; and kernel
+names are read right whatever attributes a kernel carries."""
 
 from __future__ import annotations
 
@@ -38,20 +39,30 @@ def _cuda_sources(solution: Path) -> dict:
     return _load_inline_kwargs(solution)
 
 
+@pytest.fixture(scope="module")
+def cuda_toolchain(tmp_path_factory):
+    """The cuda toolchain with its headers prepared, shared by this file's builds: preparing them takes two
+    minutes on 2 cores, and both builds below need the same ones."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+        toolchain = Toolchain.detect("cuda", str(tmp_path_factory.mktemp("cuda-headers")))
+        assert prepare_headers(toolchain) == ""
+        yield toolchain
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_bundled_cuda_references_compile_on_the_narrow_header_path(tmp_path, monkeypatch):
+def test_bundled_cuda_references_compile_on_the_narrow_header_path(cuda_toolchain, tmp_path):
     """Both translation units of each reference as our build writes them (no GPU needed to compile).
 
-    Every sixth reference by default (10 of 60, both levels, ~2.5 min on 2 cores instead of ~15): the GPU suite
+    Every twelfth reference by default (5 of 60, both levels, ~1.5 min on 2 cores instead of ~15): the GPU suite
     builds, checks and runs all 60 (docs/gpu_runs.md); KEVIN_TEST_ALL_CUDA_BUILDS=1 builds all 60 here."""
-    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    toolchain = Toolchain.detect("cuda", str(tmp_path / "headers"))
-    assert prepare_headers(toolchain) == ""
+    toolchain = cuda_toolchain
     solutions = sorted(bundled_solutions_dir("cuda").rglob("*.py"))
     assert len(solutions) >= 60
     if os.environ.get("KEVIN_TEST_ALL_CUDA_BUILDS") != "1":
-        solutions = solutions[::6]
+        solutions = solutions[::12]
+    assert {s.parent.name for s in solutions} == {"level1", "level2"}
     # Arguments are captured serially: capturing patches a module attribute, which threads would race on.
     requests = {solution: ExtensionRequest.from_call(_load_inline_kwargs(solution)) for solution in solutions}
 
@@ -69,6 +80,42 @@ def test_bundled_cuda_references_compile_on_the_narrow_header_path(tmp_path, mon
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
         failed = {name: err for name, err in pool.map(build, solutions) if err}
     assert not failed, failed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cuda_escape_hatches_are_seen_in_nvccs_objects_without_a_gpu(cuda_toolchain, tmp_path):
+    """The cuda candidates of tests/gpu/test_cuda_escape_hatches.py, compiled as the evaluator compiles them (nvcc's
+    host object of the .cu, the host unit) and checked here, where there is no GPU to run them: each hostile one is
+    refused by the rule the GPU test expects, and no honest one by any."""
+    from kevin.evaluation.rules import static_hits
+    from tests.conftest import cuda_solution
+    from tests.evaluation.escape_hatches import honest_cuda, hostile_cuda
+
+    toolchain = cuda_toolchain
+    rules = load_rules()
+    cases = {name: (source, rule) for name, (source, rule) in hostile_cuda(cuda_solution).items()}
+    cases.update({name: (source, "") for name, source in honest_cuda(cuda_solution).items()})
+    requests, verdicts = {}, {}
+    for name, (source, _) in cases.items():
+        static = [h.rule_id for h in static_hits(source, "cuda", rules)]
+        if static:
+            verdicts[name] = static[0]
+            continue
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        requests[name] = ExtensionRequest.from_call(_load_inline_kwargs(path))
+
+    def build(name: str) -> tuple[str, str]:
+        folder = tmp_path / name
+        _, errors = compile_objects(requests[name], toolchain, folder, lite=True, jobs=MAX_COMPILE_JOBS)
+        assert not errors, (name, errors[-2000:])
+        hits = library_hits(folder, rules["native_symbols"], EvalConfig().allowed_runtime_ops)
+        return name, hits[0].rule_id if hits else ""
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        verdicts.update(dict(pool.map(build, sorted(requests))))
+    assert verdicts == {name: rule for name, (_, rule) in cases.items()}
 
 
 @pytest.mark.parametrize("source, names", [

@@ -501,7 +501,10 @@ print(json.dumps(probe()))
 def test_a_run_inside_a_prefect_flow_run_carries_its_id(store, tmp_path):
     # A real flow run (Prefect's temporary local server), in a subprocess so its settings stay out of this one.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "DVC_"))}
-    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    # Prefect waits 20 s for its temporary server by default: too short on a loaded 2-core machine (kevin's CLI
+    # raises it the same way; this flow is called without the CLI).
+    env.update(PYTHONPATH=str(REPO), PREFECT_HOME=str(tmp_path / "prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180")
     proc = subprocess.run([sys.executable, "-c", FLOW, f"sqlite:///{store}/mlflow.db", str(tmp_path / "out")],
                           env=env, cwd=store, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
