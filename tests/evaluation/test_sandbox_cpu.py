@@ -197,8 +197,9 @@ def test_nothing_escaped(request, judged):
     check_nothing_escaped(request.getfixturevalue(judged))
 
 
-def test_sandbox_layers_report_themselves(batch):
-    warnings = batch["results"]["after:write_outside"].warnings
+@pytest.mark.parametrize("judged", ["batch", "batch_started_ahead"])
+def test_sandbox_layers_report_themselves(request, judged):
+    warnings = request.getfixturevalue(judged)["results"]["after:write_outside"].warnings
     if landlock_abi() == 0:
         assert any("Landlock" in w for w in warnings)
     else:
