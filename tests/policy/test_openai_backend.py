@@ -82,6 +82,10 @@ class FakeServer:
 
             def _send(self, status: int, payload, headers=None):
                 data = (json.dumps(payload) if not isinstance(payload, str) else payload).encode()
+                # The request leaves the in-flight count before its answer goes out: once the client reads the
+                # answer it may send its next request, which a slow handler thread would otherwise still
+                # overlap with, and the count would read one above the client's real bound.
+                self._leave_flight()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -103,9 +107,15 @@ class FakeServer:
                     failure = server.failures.pop(0) if server.failures else None
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self.counted = True
                 try:
                     self._answer(body, failure)
                 finally:
+                    self._leave_flight()
+
+            def _leave_flight(self):
+                if getattr(self, "counted", False):
+                    self.counted = False
                     with server.lock:
                         server.in_flight -= 1
 
