@@ -145,7 +145,9 @@ def group_advantages(
     ``torch.std`` and TRL's GRPOTrainer use, so our advantages equal TRL's on a single-turn group.
     eps defaults to TRL's 1e-4: when every return of a group is equal, float rounding can leave
     R - mean ~ 1e-8 and std ~ 1e-8, which a tiny eps would inflate to advantages of order 1.
-    A group of one sample gets advantage 0 (no baseline, no spread: nothing to compare it with).
+    A group of one sample gets advantage 0 (no baseline, no spread: nothing to compare it with), and so does a
+    group whose returns are all equal, exactly 0 rather than rounding's ~1e-12: it has nothing to teach, and the
+    trainer and the task sampler tell such samples by their zero advantage.
     Computed in float64 internally (groups are small; the result is cast back).
     """
     if eps <= 0:
@@ -176,7 +178,12 @@ def group_advantages(
     if scale_by_std:
         var = group_sum((r - mean) ** 2) / (count - 1).clamp(min=1)  # [G], Bessel-corrected
         adv = adv / (var.sqrt()[inverse] + eps)
-    adv = torch.where(singleton, torch.zeros_like(adv), adv)
+    low = torch.full((num_groups,), float("inf"), dtype=torch.float64, device=r.device).scatter_reduce(
+        0, inverse, r, "amin")
+    high = torch.full((num_groups,), float("-inf"), dtype=torch.float64, device=r.device).scatter_reduce(
+        0, inverse, r, "amax")
+    flat = (low == high)[inverse] | singleton  # [N]: the sample's group has one value only
+    adv = torch.where(flat, torch.zeros_like(adv), adv)
     return adv.to(returns.dtype).reshape(returns.shape)
 
 

@@ -134,8 +134,14 @@ def test_advantages_leave_one_out():
 def test_advantages_of_equal_returns_are_zero():
     # All kernels of a task failed: no signal, and float rounding must not be blown up by the std division.
     assert group_advantages(torch.zeros(8), torch.zeros(8, dtype=torch.long)).tolist() == [0.0] * 8
-    same = group_advantages(torch.full((7,), 0.1), torch.zeros(7, dtype=torch.long))
-    assert same.abs().max().item() < 1e-3
+    # Equal non-zero returns: exactly 0 in every variant (their float mean is not exactly 0.1 or 0.7).
+    for kwargs in ({}, {"scale_by_std": False}, {"leave_one_out": True}):
+        same = group_advantages(torch.tensor([0.1] * 7 + [0.7] * 3), [0] * 7 + [1] * 3, **kwargs)
+        assert same.tolist() == [0.0] * 10
+    # A flat group beside one with spread keeps the other's advantages.
+    mixed = group_advantages(torch.tensor([0.7, 0.7, 0.7, 0.0, 1.0], dtype=torch.float64), [3, 3, 3, 5, 5], eps=EPS)
+    assert mixed[:3].tolist() == [0.0] * 3
+    close(mixed[3:].tolist(), [-0.5 / (0.5 ** 0.5 + EPS), 0.5 / (0.5 ** 0.5 + EPS)], tol=1e-9)
     assert group_advantages(torch.tensor([4.0]), [0], leave_one_out=True).tolist() == [0.0]  # singleton
 
 

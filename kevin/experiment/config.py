@@ -40,6 +40,12 @@ class ExperimentConfig(Settings):
     a short run that should practise what its warm start knows (the CPU main job). A task outside the train side is
     an error: no held-out task can slip into training."""
 
+    rest_barren_epochs: int = 0
+    """A task whose draw taught nothing (every sample's advantage 0, e.g. no sample ever correct) sits out this many
+    epochs of the task sampler, then is drawn again; its place goes to tasks that still teach. 0: every task every
+    epoch (the paper's sampler). It changes the task mix, so the per-step mean score is no longer comparable across
+    steps: compare tasks with themselves (``kevin learning``) or evaluate checkpoints."""
+
     seed: int = 0
     """Seed of the task sampler (the model's and the sampler's generators are seeded by ``train.seed`` and
     ``sampling.seed``)."""
@@ -102,6 +108,10 @@ class ExperimentConfig(Settings):
                              f"train task, got {self.tasks!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"experiment.seed must be an integer, got {self.seed!r}")
+        if isinstance(self.rest_barren_epochs, bool) or not isinstance(self.rest_barren_epochs, int) \
+                or self.rest_barren_epochs < 0:
+            raise ValueError(f"experiment.rest_barren_epochs must be an integer >= 0 (0: no task rests), "
+                             f"got {self.rest_barren_epochs!r}")
         if isinstance(self.torch_threads, bool) or not isinstance(self.torch_threads, int) or self.torch_threads < 0:
             raise ValueError(f"experiment.torch_threads must be an integer >= 0 (0: one per core), got {self.torch_threads!r}")
         if isinstance(self.update_threads, bool) or not isinstance(self.update_threads, int) or self.update_threads < 0:

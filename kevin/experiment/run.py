@@ -137,7 +137,8 @@ class TrainingRun(RunTracking):
         by_level: dict[int, list[str]] = {}
         for task in tasks:
             by_level.setdefault(task.level, []).append(task.task_id)
-        self.sampler = TaskSampler(by_level, cfg.experiment.tasks_per_batch, cfg.experiment.seed)
+        self.sampler = TaskSampler(by_level, cfg.experiment.tasks_per_batch, cfg.experiment.seed,
+                                   rest_epochs=cfg.experiment.rest_barren_epochs)
         model, self.tokenizer = load_model(cfg, self.project_dir)
         self.trainer = GRPOTrainer(model, cfg.train, tokenizer=self.tokenizer)
         self.policy, self.weight_sync = build_policy(cfg, self.trainer, self.tokenizer, self.out_dir)
@@ -341,11 +342,15 @@ class TrainingRun(RunTracking):
     def aggregate(self, step: int) -> Path:
         """Turn returns and per-task advantages of every turn of the step: ``samples.jsonl``, written before the
         update reads it."""
-        from kevin.training.step import build_samples, save_samples
+        from kevin.training.step import build_samples, save_samples, taught_tasks
 
         with self._timed(step, "aggregate"):
-            return save_samples(self._dir(step), build_samples(self.trajectories(step), self.config.rewards,
-                                                               self.tokenizer))
+            samples = build_samples(self.trajectories(step), self.config.rewards, self.tokenizer)
+            # What each task taught goes to the sampler before the next step draws (a redone step records it again,
+            # from the same files: the sampler ends where the uninterrupted run's did).
+            for task_id, taught in taught_tasks(read_json(self._dir(step) / "batch.json")["tasks"], samples).items():
+                self.sampler.record(task_id, taught)
+            return save_samples(self._dir(step), samples)
 
     def update(self, step: int) -> Path:
         """The GRPO update on the step's samples (``train.grad_steps`` optimiser steps): ``update.json``."""

@@ -8,8 +8,17 @@ consecutive slices of that order. The last batch of an epoch takes what is left 
 the next epoch's order, skipping tasks it already holds, so a batch never repeats a task and every task is
 drawn exactly once per epoch (an epoch's first batch may be shared with the end of the one before).
 
-The sampler's state is the epoch number and the tasks already drawn in it: a checkpoint stores
-``state_dict()`` and a resumed run draws the same batches an uninterrupted one would.
+Barren tasks rest (``rest_epochs`` > 0; off by default). A task whose last draw gave every sample the same
+return (so every advantage was 0: the update learned nothing from it) sits out the next ``rest_epochs`` epochs
+and then comes back, since a policy that has learned elsewhere may now solve it part of the time. Its place in a
+batch goes to a task that still teaches something: with a weak policy, a quarter to a half of a batch can be
+tasks it never solves. An epoch's order is fixed when it begins, so a task that starts resting changes only later
+epochs; an epoch with fewer eligible tasks than a batch draws from every task. It changes the
+task mix, so a run that rests tasks cannot compare its mean score step by step: compare tasks with themselves
+(``kevin learning``'s paired table) or evaluate checkpoints on fixed tasks.
+
+The sampler's state is the epoch number, the tasks already drawn in it and the resting tasks: a checkpoint
+stores ``state_dict()`` and a resumed run draws the same batches an uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -52,6 +61,13 @@ class TaskSampler:
     """The epoch the next batch starts in."""
     drawn: list[str] = field(default_factory=list)
     """Tasks of the current epoch already drawn, in draw order."""
+    rest_epochs: int = 0
+    """Epochs a task sits out after a draw that taught nothing (every advantage 0); 0: every task every epoch."""
+    resting: dict[str, int] = field(default_factory=dict)
+    """Resting task -> the first epoch it may be drawn in again."""
+    order: list[str] = field(default_factory=list)
+    """The current epoch's order, fixed when it begins ([]: not begun yet), so a task that starts resting mid-epoch
+    changes only later epochs."""
 
     def __post_init__(self) -> None:
         self.by_level = {int(level): list(ids) for level, ids in self.by_level.items() if ids}
@@ -63,6 +79,8 @@ class TaskSampler:
             raise ValueError(f"task ids must be unique across levels; repeated: {repeated}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"tasks per batch must be a positive integer, got {self.batch_size!r}")
+        if isinstance(self.rest_epochs, bool) or not isinstance(self.rest_epochs, int) or self.rest_epochs < 0:
+            raise ValueError(f"epochs a barren task rests must be an integer >= 0, got {self.rest_epochs!r}")
         if self.batch_size > len(ids):
             raise ValueError(f"{self.batch_size} tasks per batch but the split has only {len(ids)} training tasks; "
                              "lower experiment.tasks_per_batch or train on more tasks")
@@ -72,35 +90,58 @@ class TaskSampler:
         return sorted(t for group in self.by_level.values() for t in group)
 
     def _order(self, epoch: int) -> list[str]:
-        return epoch_order(self.by_level, self.seed, epoch)
+        """The epoch's order without its resting tasks (every task, if fewer than a batch are left). The order of
+        every task is drawn first and then filtered, so resting one task does not reshuffle the others."""
+        order = epoch_order(self.by_level, self.seed, epoch)
+        eligible = [t for t in order if self.resting.get(t, 0) <= epoch]
+        return eligible if len(eligible) >= self.batch_size else order
 
     def next_batch(self) -> list[str]:
         """The next batch (draw order); advances the state."""
+        if not self.order:
+            self.order = self._order(self.epoch)
         used = set(self.drawn)
-        left = [t for t in self._order(self.epoch) if t not in used]
+        left = [t for t in self.order if t not in used]
         batch = left[:self.batch_size]
         self.drawn += batch
-        if len(batch) < self.batch_size or len(self.drawn) == len(self.task_ids):
+        if len(left) <= self.batch_size:
             # The epoch is used up: the rest of the batch opens the next epoch (without the tasks it holds).
             self.epoch += 1
+            self.order = self._order(self.epoch)
             self.drawn = []
             taken = set(batch)
-            top_up = [t for t in self._order(self.epoch) if t not in taken][:self.batch_size - len(batch)]
+            top_up = [t for t in self.order if t not in taken][:self.batch_size - len(batch)]
             self.drawn = top_up
             batch += top_up
         return batch
 
+    def record(self, task_id: str, taught: bool) -> None:
+        """What the task's last draw gave the update: ``taught`` is False when every advantage was 0. A barren
+        task rests for the ``rest_epochs`` epochs after the current one; one that taught is eligible always."""
+        if task_id not in self.task_ids:
+            raise ValueError(f"{task_id!r} is not one of the sampler's tasks")
+        if taught or not self.rest_epochs:
+            self.resting.pop(task_id, None)
+        else:
+            self.resting[task_id] = self.epoch + 1 + self.rest_epochs
+
     def state_dict(self) -> dict[str, Any]:
         """Plain data for a checkpoint (the task ids too, so a resume can tell the split changed)."""
         return {"seed": self.seed, "batch_size": self.batch_size, "epoch": self.epoch, "drawn": list(self.drawn),
-                "task_ids": self.task_ids}
+                "task_ids": self.task_ids, "rest_epochs": self.rest_epochs, "resting": dict(self.resting),
+                "order": list(self.order)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state_dict()``; refuses a state drawn from other tasks, seed or batch size."""
-        for key, mine in (("task_ids", self.task_ids), ("seed", self.seed), ("batch_size", self.batch_size)):
+        """Continue from ``state_dict()``; refuses a state drawn from other tasks, seed, batch size or rest. A state
+        saved before tasks could rest is one with ``rest_epochs`` 0 and none resting."""
+        state = {"rest_epochs": 0, "resting": {}, "order": [], **state}
+        for key, mine in (("task_ids", self.task_ids), ("seed", self.seed), ("batch_size", self.batch_size),
+                          ("rest_epochs", self.rest_epochs)):
             if state.get(key) != mine:
                 raise ValueError(f"the checkpoint's task sampler was drawing with another {key} ({state.get(key)!r}, "
                                  f"this run has {mine!r}); resume with the split and experiment settings it started "
                                  "with, or start a new run")
         self.epoch = int(state["epoch"])
         self.drawn = list(state["drawn"])
+        self.resting = {str(t): int(e) for t, e in state["resting"].items()}
+        self.order = list(state["order"])

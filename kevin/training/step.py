@@ -91,6 +91,13 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
     return samples
 
 
+def taught_tasks(task_ids: Sequence[str], samples: Sequence[TrainingSample]) -> dict[str, bool]:
+    """Whether each task gave the update anything to learn: some sample of it has a non-zero advantage. A task whose
+    returns were all equal (every kernel wrong, or none drawn) moved nothing, whatever its score."""
+    moving = {s.task_id for s in samples if s.advantage != 0.0}
+    return {task_id: task_id in moving for task_id in task_ids}
+
+
 def save_samples(step_dir: str | Path, samples: Sequence[TrainingSample]) -> Path:
     """The step's samples in ``samples.jsonl``, written before the update reads them (a redone step trains on them)."""
     return save_records(Path(step_dir) / SAMPLES_FILE, samples)

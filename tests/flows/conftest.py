@@ -85,7 +85,9 @@ def replay_params(path: Path, name: str, model: Path, split: Path, cache: Path, 
     sections: dict[str, Any] = {
         "max_response_tokens": 448,  # the longest replayed reference (sigmoid) is about 400 tokens
         "response_length_schedule": {},
-        "experiment": {"name": name, "steps": 2, "tasks_per_batch": 2, "split": str(split)},
+        # Barren tasks rest: no task here is barren (each has a replayed correct kernel), so the draws are the plain
+        # sampler's, and a resume restores a sampler that rests.
+        "experiment": {"name": name, "steps": 2, "tasks_per_batch": 2, "split": str(split), "rest_barren_epochs": 1},
         "policy": {"backend": "hf", "model": str(model), "wrap": "tests.flows.policies:replay_first_turn"},
         "sampling": {"batch_size": 8},
         "rollout": {"trajectories": 2, "turns": 2},

@@ -100,6 +100,11 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
     assert any(not (trained[k] == initial[k]).all() for k in trained)
     state_file = json.loads((out / "checkpoints" / "step_000001" / "trainer_state.json").read_text())
     assert state_file["optimizer_steps"] == 4
+    # Every task taught (a correct kernel among wrong ones), so none rests.
+    import torch
+
+    sampler = torch.load(out / "checkpoints" / "step_000001" / "state.pt", weights_only=False)["extra"]["sampler"]
+    assert (sampler["rest_epochs"], sampler["resting"]) == (1, {})
 
     # Prefect: the flow run is named after the experiment, one task run per step of the recipe, an artifact a step.
     with get_client(sync_client=True) as client:

@@ -14,7 +14,7 @@ from kevin.records.rollout import TrainingSample, Trajectory, Turn, load_records
 from kevin.tasks import make_task
 from kevin.training.config import TrainConfig
 from kevin.training.loss import LossConfig
-from kevin.training.step import build_samples, train_step
+from kevin.training.step import build_samples, taught_tasks, train_step
 from kevin.training.trainer import GRPOTrainer
 from tests.conftest import identity_task_source
 from tests.tiny_lm import tiny_model, tiny_tokenizer
@@ -52,6 +52,19 @@ def test_build_samples_discounted_returns_and_task_groups():
         got = [s.advantage for s in samples if s.task_id == task]
         assert got == pytest.approx(adv.tolist(), abs=1e-9)
     assert samples[0].prompt_token_ids == [5, 6] and samples[0].old_logprobs == [-1.0, -1.0, -0.5]
+
+
+def test_a_task_teaches_when_some_return_differs_from_the_others():
+    # a: one correct kernel among wrong ones; b: every kernel wrong; c: every kernel correct at the same score
+    # (equal returns: advantage 0 everywhere); d: in the batch but no sample came back.
+    scores = {"a": [[0.0, 1.2], [0.0, 0.0]], "b": [[0.0, 0.0], [0.0, 0.0]], "c": [[1.0, 0.0], [1.0, 0.0]]}
+    trajs = [Trajectory(task_id=task, index=i, turns=[turn(task, i, t, s) for t, s in enumerate(row)])
+             for task, rows in scores.items() for i, row in enumerate(rows)]
+    samples = build_samples(trajs, RewardConfig(gamma=0.4))
+    assert {s.task_id for s in samples if s.advantage != 0.0} == {"a", "c"}  # c: turn 0 returns 1.0, turn 1 0.0
+    assert taught_tasks(["a", "b", "c", "d"], samples) == {"a": True, "b": False, "c": True, "d": False}
+    same = [Trajectory(task_id="e", index=i, turns=[turn("e", i, 0, 0.7)]) for i in range(3)]
+    assert taught_tasks(["e"], build_samples(same, RewardConfig(gamma=0.4))) == {"e": False}
 
 
 def test_a_cut_off_answer_scores_as_the_truncation_rule_says():
