@@ -13,6 +13,13 @@
 #   last one:  carry [".carry/call_N"]   bash scripts/gpu_learn.sh train       (or sft, the first time; or check)
 #   then:      carry []                  bash scripts/gpu_learn.sh train       (still warm), and at the end `eval`
 #
+# The run so far also has to outlive this CPU machine: a session's checkout is a fresh clone of the repository, and
+# an ignored folder does not survive it (the second run's checkpoint was lost that way). So the run's pack (what the
+# next machine needs) is committed, in runs/<run name>/run.tar.part-*. `prepare` unpacks it when .carry/full lacks
+# the run and moves it out of the working tree (to .carry/kept) while the calls are made: the tree travels with
+# every call, and 40 MiB of it would leave each call room for a few MiB of pieces. At the end of the device work,
+#   here:      bash scripts/gpu_learn.sh keep                 # the newest pack into runs/<run name>: commit it
+#
 # Every call folder holds the same MANIFEST; a stage that finds a piece missing names the calls still to make.
 # `carried` lists what the machine holds so far (and runs the GPU tests named in TESTS). `train` passes SET (e.g.
 # SET="--set sampling.cuda_graph=false") to `kevin train`. `sft` joins the model, installs the wheels, and runs the warm
@@ -28,15 +35,17 @@
 # and the rollouts of steps after the newest checkpoint (a resume redoes those from their files); the rollouts of
 # checkpointed steps stay here.
 set -uo pipefail
-STAGE=${1:?usage: gpu_learn.sh prepare|carried|check|timing|sft|train|eval}
+STAGE=${1:?usage: gpu_learn.sh prepare|keep|carried|check|timing|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 # LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
-# LEARN=configs/h200_learn.yaml; the default is the second (a cut-off answer scores 0). Both share the warm start.
-LEARN=${LEARN:-configs/h200_learn_zero.yaml}
+# LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml; the
+# default is the third (barren tasks rest, lr 1e-3). All share the warm start.
+LEARN=${LEARN:-configs/h200_learn_rest.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 [ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
 RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1) SFT=outputs/h200-sft
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
+KEEP=runs/${RUN#outputs/}  # the run's pack, committed: it outlives a fresh checkout
 
 pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
   local keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
@@ -75,7 +84,7 @@ device_setup() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .carry/call_*/*.whl || exit 4
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-  # An earlier call's run, returned through $OUT and carried back in (a fresh machine).
+  # The run so far, carried in (a fresh machine; a warm one goes on with what it holds).
   if [ -n "$(pieces 'run.tar.part-*')" ] && [ ! -e "$RUN/.restored" ]; then
     cat $(pieces 'run.tar.part-*') | tar -xzf - && mkdir -p "$RUN" && touch "$RUN/.restored" \
       || { echo "the carried run does not unpack"; exit 5; }
@@ -108,24 +117,36 @@ case "$STAGE" in
     ln .whl/*.whl .carry/whl_sft/*.whl .carry/whl_flow/*.whl .carry/pieces/
     if [ -n "${2:-}" ]; then
       cat "$2"/run.tar.part-* > .carry/back.tar && tar -xf .carry/back.tar -C .carry/full && rm .carry/back.tar || exit 1
+    elif [ ! -d ".carry/full/$RUN" ] && ls "$KEEP"/run.tar.part-* >/dev/null 2>&1; then
+      # A fresh checkout: the run so far is its committed pack (the rollouts of checkpointed steps did not travel).
+      cat "$KEEP"/run.tar.part-* | tar -xzf - -C .carry/full || exit 1
     fi
-    if [ -d .carry/full/outputs ]; then
-      # The rollouts of steps up to the newest checkpoint, and older checkpoints, stay here: a resume needs neither.
+    if ls "$KEEP"/run.tar.part-* >/dev/null 2>&1; then  # out of the calls' way; `keep` writes the newest back
+      rm -rf .carry/kept && mkdir -p .carry/kept && mv "$KEEP"/run.tar.part-* .carry/kept/
+      echo "$KEEP moved to .carry/kept while the calls are made: do not commit its deletion; 'keep' writes it back"
+    fi
+    if [ -d ".carry/full/$SFT" ] || [ -d ".carry/full/$RUN" ]; then
+      # What the next machine needs: the warm start, the newest checkpoint (not the older ones), MLflow, the
+      # evaluations, every step's summary, and the rollouts of the steps after the newest checkpoint (a resume redoes
+      # those from their files). Of a checkpointed step's rollout only its verdicts go on (small; `kevin learning`
+      # reads them); its prompts, answers and token ids stay in .carry/full for as long as this checkout lives.
       newest=$(ls -d .carry/full/$RUN/checkpoints/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
-      skip=(); for d in .carry/full/$RUN/steps/step_*; do
-        n=$(basename "$d" | sed 's/step_0*//'); n=${n:-0}
-        [ -n "$newest" ] && [ "$n" -le "$newest" ] && skip+=(--exclude="${d#.carry/full/}/rollout")
-      done
-      for d in .carry/full/$RUN/checkpoints/step_*; do  # only the newest checkpoint travels
-        n=$(basename "$d" | sed 's/step_0*//'); [ "${n:-0}" = "$newest" ] || skip+=(--exclude="${d#.carry/full/}")
-      done
-      tar -C .carry/full "${skip[@]}" -czf - outputs | split -b 15M -d - .carry/pieces/run.tar.part-
+      keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e ".carry/full/$p" ] && keep+=("$p"); done
+      filter=$PWD/scripts/run_pack_filter.sh
+      (cd .carry/full && find "${keep[@]}" -type f | sort | bash "$filter" "$RUN" "$newest" | tar -czf - -T -) \
+        | split -b 15M -d - .carry/pieces/run.tar.part-
+      du -ch .carry/pieces/run.tar.part-* | tail -1
     fi
-    # A call carries 64 MiB with the working tree (tracked and untracked files git does not ignore); 3 MiB spare
-    # for what the tree gains before the calls are made.
+    # A call carries 64 MiB with the working tree (tracked and untracked files git does not ignore); 3 MiB spare for
+    # what the tree gains before the calls are made.
     tree=$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s}')
     python3 scripts/device_carry.py .carry/pieces .carry $((64 * 1024 * 1024 - tree - 3 * 1024 * 1024)) || exit 1
     ;;
+  keep)
+    # Here, after the last `prepare RUN_BACK` of a session: the run's newest pack into the repository (commit it).
+    ls .carry/pieces/run.tar.part-* >/dev/null 2>&1 || { echo "no pack in .carry/pieces: run 'prepare [RUN_BACK]' first"; exit 1; }
+    mkdir -p "$KEEP" && rm -f "$KEEP"/run.tar.part-* && cp .carry/pieces/run.tar.part-* "$KEEP"/ && rm -rf .carry/kept
+    du -sh "$KEEP"; echo "commit $KEEP: the next session's checkout has only what the repository holds" ;;
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then
@@ -179,5 +200,5 @@ case "$STAGE" in
       done
     done
     pack_run ;;
-  *) echo "unknown stage $STAGE (prepare|carried|check|timing|sft|train|eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $STAGE (prepare|keep|carried|check|timing|sft|train|eval)" >&2; exit 2 ;;
 esac

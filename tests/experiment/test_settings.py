@@ -26,6 +26,25 @@ def test_profiles_layer_over_params_yaml():
         RunConfig.from_dict({"train": {"total_steps": 5}})
 
 
+@pytest.mark.parametrize("run, what", [
+    ("h200_learn_zero", {"experiment.name": "h200-learn-zero", "train.lr": 5e-4, "rewards.truncation": "zero",
+                         "experiment.rest_barren_epochs": 0}),
+    ("h200_learn_rest", {"experiment.name": "h200-learn-rest", "train.lr": 1e-3, "rewards.truncation": "zero",
+                         "experiment.rest_barren_epochs": 1}),
+])
+def test_the_h200_learning_runs_layer_over_the_first(run, what):
+    # Each run writes its own folder and MLflow database, and evaluates its own checkpoints.
+    config = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml",
+                                   REPO / "configs" / f"{run}.yaml"])
+    for key, value in what.items():
+        section, name = key.split(".")
+        assert getattr(getattr(config, section), name) == value
+    name = what["experiment.name"]
+    assert config.tracking.tracking_uri == f"sqlite:///outputs/{name}/mlflow.db"
+    assert config.evaluate.checkpoint == f"outputs/{name}/checkpoints"
+    assert (config.backend, config.experiment.steps, config.train.lora) == ("cuda", 30, True)
+
+
 def test_the_output_folder():
     assert ExperimentConfig(name="g-0.8").resolved_output_dir("/p") == Path("/p/outputs/g-0.8")
     assert ExperimentConfig(output_dir="runs/x").resolved_output_dir("/p") == Path("/p/runs/x")
@@ -38,6 +57,8 @@ def test_the_output_folder():
     ({"steps": 0}, "experiment.steps must be a positive integer"),
     ({"tasks_per_batch": True}, "tasks_per_batch must be a positive integer"),
     ({"generation_retries": -1}, "generation_retries must be an integer >= 0"),
+    ({"rest_barren_epochs": -1}, "rest_barren_epochs must be an integer >= 0"),
+    ({"rest_barren_epochs": 1.5}, "rest_barren_epochs must be an integer >= 0"),
     ({"retry_delay_s": float("nan")}, "retry_delay_s must be a number of seconds"),
     ({"time_limit_s": -5}, "time_limit_s must be a number of seconds"),
     ({"torch_threads": -1}, "torch_threads must be an integer >= 0"),
