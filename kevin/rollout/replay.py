@@ -47,8 +47,26 @@ def longest_response_tokens(tokenizer: Any, responses: dict[str, str]) -> int:
     return max((len(tokenizer.encode(t, add_special_tokens=False)) + eos for t in responses.values()), default=0)
 
 
+class _WrappedPolicy:
+    """What a replaying wrapper passes through from the policy it wraps: its config (the trainer checks the sampling
+    temperature against its own), its tokenizer and its response limit."""
+
+    policy: Any
+
+    @property
+    def config(self) -> Any:
+        return self.policy.config
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    def set_max_response_tokens(self, tokens: int) -> None:
+        self.policy.set_max_response_tokens(tokens)
+
+
 @dataclass
-class ReplayPolicy:
+class ReplayPolicy(_WrappedPolicy):
     """A ``Generate`` that answers the first ``replayed`` trajectories of each task with ``responses[task_id]``
     and samples the others from ``policy``.
 
@@ -79,21 +97,10 @@ class ReplayPolicy:
             raise ValueError(f"no replay response or task source for {missing}")
 
     @property
-    def config(self) -> Any:  # train_step checks the sampling temperature against the trainer's
-        return self.policy.config
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.policy.tokenizer
-
-    @property
     def max_response_tokens(self) -> int:
         """The longest response this policy gives: the wrapped policy's limit, or a longer replayed response."""
         longest = longest_response_tokens(self.tokenizer, self.responses) if self.replayed else 0
         return max(self.policy.max_response_tokens, longest)
-
-    def set_max_response_tokens(self, tokens: int) -> None:
-        self.policy.set_max_response_tokens(tokens)
 
     def __call__(self, prompts: Sequence[Prompt | str]) -> list[GenerationOut]:
         expected = len(self.tasks) * self.trajectories
@@ -121,7 +128,7 @@ class ReplayPolicy:
         return [o for o in outs if o is not None]
 
 
-class ReferenceReplay:
+class ReferenceReplay(_WrappedPolicy):
     """``ReplayPolicy`` for a training run, whose batch of tasks changes every step: the first ``replayed`` of each
     task's ``trajectories`` answer with the task's bundled reference solution, the others sample from ``policy``.
 
@@ -144,24 +151,13 @@ class ReferenceReplay:
         self.calls: list[dict[str, float]] = []
         """Per call: prompts, sampled (given to ``policy``)."""
 
-    # The policy's own surface, for the trainer's checks and the run's checkpoints.
-    @property
-    def config(self) -> Any:
-        return self.policy.config
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.policy.tokenizer
-
+    # The rest of the policy's surface, for the run's checkpoints.
     @property
     def max_response_tokens(self) -> int:
         """The wrapped policy's limit, or a longer replayed response."""
         if self._longest is None:  # tokenizing every reference once is enough: they do not change
             self._longest = longest_response_tokens(self.tokenizer, self._all_responses()) if self.replayed else 0
         return max(self.policy.max_response_tokens, self._longest)
-
-    def set_max_response_tokens(self, tokens: int) -> None:
-        self.policy.set_max_response_tokens(tokens)
 
     def state_dict(self) -> dict[str, Any]:
         return self.policy.state_dict()
