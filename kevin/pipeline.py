@@ -12,7 +12,7 @@ import csv
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["baseline_entry", "headline_metrics", "merge_baselines", "prepare_output_dir", "read_step_summaries",
            "report_markdown", "run_settings", "step_totals",
@@ -101,22 +101,38 @@ def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in found]
 
 
+KERNELS_FILE = "kernels.jsonl"
+"""A finished step's judged kernels, one line each (``steps/step_N/kernels.jsonl``): the verdict with the turn, the
+trajectory and whether the answer was cut off. Small, so it travels where the step's rollout does not."""
+
+
+def kernel_rows(trajectories: Iterable[Any]) -> list[dict[str, Any]]:
+    """The rows of ``KERNELS_FILE`` from a step's trajectories (``Trajectory`` records), in their order."""
+    return [{**turn.result.to_dict(), "trajectory": traj.index, "turn": turn.turn, "truncated": bool(turn.truncated)}
+            for traj in trajectories for turn in sorted(traj.turns, key=lambda t: t.turn) if turn.result is not None]
+
+
 def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
-    """Every judged kernel in the run's step rollouts, each verdict with its 0-based ``step`` and ``turn`` added.
-    A finished turn's records (``steps/step_N/rollout/**/turn_TTT.jsonl``) also say whether the answer was cut off
-    at the length limit (``truncated``); a turn whose records were never written (a step killed while it was judged)
-    gives its verdicts alone (``verdicts_TTT.jsonl``). Steps whose rollouts are gone (a run moved without them) give
-    none; a line cut off by a kill is skipped, as the rollout's own resume does."""
+    """Every judged kernel of the run's steps, each verdict with its 0-based ``step`` and ``turn`` added.
+    From a step's rollout where the run folder holds it: a finished turn's records (``rollout/**/turn_TTT.jsonl``)
+    also say whether the answer was cut off at the length limit (``truncated``); a turn whose records were never
+    written (a step killed while it was judged) gives its verdicts alone (``verdicts_TTT.jsonl``); a line cut off by
+    a kill is skipped, as the rollout's own resume does. A step whose rollout is gone (a run moved without it) gives
+    its ``kernels.jsonl``, or nothing if it has none."""
     found = []
-    for path in sorted((Path(out_dir) / "steps").glob("step_*/rollout/**/verdicts_*.jsonl")):
-        step_dir = next(p for p in path.parents if p.name.startswith("step_"))
-        step, turn = int(step_dir.name.split("_")[1]), int(path.stem.split("_")[1])
-        records = path.with_name(f"turn_{turn:03d}.jsonl")
-        if records.is_file():
-            found.extend({**row["result"], "truncated": bool(row.get("truncated")), "step": step, "turn": turn}
-                         for row in _json_lines(records) if isinstance(row.get("result"), dict))
-        else:
-            found.extend({**row, "step": step, "turn": turn} for row in _json_lines(path))
+    for step_dir in sorted((Path(out_dir) / "steps").glob("step_*")):
+        step = int(step_dir.name.split("_")[1])
+        verdict_files = sorted(step_dir.glob("rollout/**/verdicts_*.jsonl"))
+        if not verdict_files and (step_dir / KERNELS_FILE).is_file():
+            found.extend({**row, "step": step} for row in _json_lines(step_dir / KERNELS_FILE))
+        for path in verdict_files:
+            turn = int(path.stem.split("_")[1])
+            records = path.with_name(f"turn_{turn:03d}.jsonl")
+            if records.is_file():
+                found.extend({**row["result"], "truncated": bool(row.get("truncated")), "step": step, "turn": turn}
+                             for row in _json_lines(records) if isinstance(row.get("result"), dict))
+            else:
+                found.extend({**row, "step": step, "turn": turn} for row in _json_lines(path))
     return found
 
 

@@ -157,12 +157,13 @@ def _say_paired(label: str, p: Any) -> None:
 
 
 def _turn_gains(verdicts: list[dict[str, Any]], steps: int) -> dict[str, Any]:
-    """Task by task per turn, from the judged kernels of the steps whose rollouts the run folder still holds."""
+    """Task by task per turn, from the judged kernels of the steps the run folder holds (rollouts or kernels.jsonl)."""
     from kevin.analysis.learning import TURN_METRICS, turn_task_gain
 
     held = len({v["step"] for v in verdicts})
     if held < steps:
-        typer.echo(f"per turn: the rollouts of {held} of {steps} steps are here (the others travelled without them)")
+        typer.echo(f"per turn: the judged kernels of {held} of {steps} steps are here (the others travelled without "
+                   "their rollouts, from before steps kept kernels.jsonl)")
     gains: dict[str, Any] = {}
     for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
         for metric in TURN_METRICS:

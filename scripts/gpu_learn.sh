@@ -127,9 +127,9 @@ case "$STAGE" in
     fi
     if [ -d ".carry/full/$SFT" ] || [ -d ".carry/full/$RUN" ]; then
       # What the next machine needs: the warm start, the newest checkpoint (not the older ones), MLflow, the
-      # evaluations, every step's summary, and the rollouts of the steps after the newest checkpoint (a resume redoes
-      # those from their files). Of a checkpointed step's rollout only its verdicts go on (small; `kevin learning`
-      # reads them); its prompts, answers and token ids stay in .carry/full for as long as this checkout lives.
+      # evaluations, every step's summary and judged kernels (kernels.jsonl: `kevin learning` reads them), and the
+      # rollouts of the steps after the newest checkpoint (a resume redoes those from their files). The rollouts of
+      # checkpointed steps (prompts, answers, token ids) stay in .carry/full for as long as this checkout lives.
       newest=$(ls -d .carry/full/$RUN/checkpoints/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
       keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e ".carry/full/$p" ] && keep+=("$p"); done
       filter=$PWD/scripts/run_pack_filter.sh

@@ -19,11 +19,11 @@ def pack(paths: list[str], newest: str) -> list[str]:
     return out.stdout.splitlines()
 
 
-def test_the_pack_keeps_the_newest_checkpoint_and_of_checkpointed_steps_only_their_verdicts():
+def test_the_pack_keeps_the_newest_checkpoint_and_the_rollouts_after_it():
     paths = [
         f"{RUN}/checkpoints/step_000009/model/adapter.safetensors",
         f"{RUN}/checkpoints/step_000010/model/adapter.safetensors",
-        f"{RUN}/steps/step_000000/summary.json",
+        f"{RUN}/steps/step_000000/kernels.jsonl",
         f"{RUN}/steps/step_000000/rollout/wave_0/turn_000.jsonl",
         f"{RUN}/steps/step_000010/rollout/wave_1/verdicts_001.jsonl",
         f"{RUN}/steps/step_000010/rollout/wave_1/policy_001.pt",
@@ -32,7 +32,7 @@ def test_the_pack_keeps_the_newest_checkpoint_and_of_checkpointed_steps_only_the
         "outputs/h200-sft/model/adapter_model.safetensors",
         f"{RUN}-eval-last-train/report.json",
     ]
-    assert pack(paths, "10") == [paths[1], paths[2], paths[4], paths[6], paths[7], paths[8], paths[9]]
+    assert pack(paths, "10") == [paths[1], paths[2], paths[6], paths[7], paths[8], paths[9]]
     assert pack(paths, "") == paths  # no checkpoint yet: everything goes on
 
 

@@ -7,7 +7,7 @@
             generate(step, turn, wave)   every live trajectory's response        rollout/generated_T.jsonl
             parse(step, turn, wave)      reasoning / kernel / summary            rollout/parsed_T.jsonl
             evaluate(step, turn, wave)   every kernel of the turn, in parallel   rollout/verdicts_T.jsonl, turn_T.jsonl
-        aggregate(step)                  turn returns, per-task advantages       samples.jsonl
+        aggregate(step)                  turn returns, per-task advantages       samples.jsonl, kernels.jsonl
         update(step)                     the GRPO update (k optimiser steps)     update.json
         check_collapse(step)             the collapse monitor; alerts            monitor.json
         checkpoint(step)                 weights, optimiser, RNG, sampler, monitor   checkpoints/step_N
@@ -55,7 +55,8 @@ from kevin.experiment.report import verdict_counts
 from kevin.experiment.run_tracking import RunTracking
 from kevin.experiment.splits import train_tasks
 from kevin.policy.protocol import Policy
-from kevin.records.jsonl import atomic_write_text, read_jsonl
+from kevin.pipeline import KERNELS_FILE, kernel_rows
+from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records
 from kevin.records.target import KernelTarget
 from kevin.rollout.stages import TurnStages, generated_path
@@ -345,7 +346,10 @@ class TrainingRun(RunTracking):
         from kevin.training.step import build_samples, save_samples, taught_tasks
 
         with self._timed(step, "aggregate"):
-            samples = build_samples(self.trajectories(step), self.config.rewards, self.tokenizer)
+            trajectories = self.trajectories(step)
+            # The step's judged kernels in one small file: it travels (and reports per turn) where the rollout does not.
+            write_jsonl(self._dir(step) / KERNELS_FILE, kernel_rows(trajectories))
+            samples = build_samples(trajectories, self.config.rewards, self.tokenizer)
             # What each task taught goes to the sampler before the next step draws (a redone step records it again,
             # from the same files: the sampler ends where the uninterrupted run's did).
             for task_id, taught in taught_tasks(read_json(self._dir(step) / "batch.json")["tasks"], samples).items():

@@ -176,7 +176,7 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
             (wave / f"verdicts_{turn:03d}.jsonl").write_text(verdict + "\n" + ('{"task_id": "t", "sta' if turn else ""))
     result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
     assert result.exit_code == 0, result.output
-    assert "the rollouts of 2 of 3 steps are here" in result.output
+    assert "the judged kernels of 2 of 3 steps are here" in result.output
     # Steps 0 and 2 (the cut-off line skipped): turn 1 correct 1 -> 0, turn 2 correct 0 -> 1.
     assert "turn 1 correct_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
     assert "turn 2 parse_error_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
@@ -246,3 +246,46 @@ def test_kevin_learning_shows_each_turns_answers_cut_off(tmp_path):
     lines = (run / "plots" / "learning.csv").read_text().splitlines()
     header = lines[0].split(",")
     assert lines[1].split(",")[header.index("truncated_share_turn_2")] == "1.0"
+
+
+def test_a_step_whose_rollout_is_gone_is_read_from_its_kernels_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin.pipeline import KERNELS_FILE, kernel_rows, read_step_verdicts
+    from kevin.records.evaluation import EvalResult, Status
+    from kevin.records.rollout import Trajectory, Turn
+    from kevin_cli import app
+
+    def judged(turn: int, status: Status, truncated: bool) -> Turn:
+        return Turn(task_id="t", trajectory=0, turn=turn, truncated=truncated,
+                    result=EvalResult(task_id="t", candidate_id=f"c{turn}", status=status, score=0.5 * (turn == 0)))
+
+    # Turn records out of order in the trajectory: the file holds them by turn.
+    rows = kernel_rows([Trajectory("t", 0, [judged(1, Status.PARSE_ERROR, True), judged(0, Status.CORRECT, False)])])
+    assert [(r["turn"], r["trajectory"], r["status"], r["truncated"], r["score"]) for r in rows] == [
+        (0, 0, "correct", False, 0.5), (1, 0, "parse_error", True, 0.0)]
+    run = tmp_path / "run"
+    for step in (0, 1):
+        folder = run / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        summary = _summary(step, [(2, 1, 0.25)])
+        summary["tasks"] = [{"task": "t", "kernels": 2, "correct": 1, "score_mean": 0.25}]
+        (folder / "summary.json").write_text(json.dumps(summary))
+        (folder / KERNELS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # Step 1 still holds its rollout, which is read in place of its kernels file (turn 2 not cut off there).
+    wave = run / "steps" / "step_000001" / "rollout" / "wave_0"
+    wave.mkdir(parents=True)
+    for row in rows:
+        result = {k: v for k, v in row.items() if k not in ("trajectory", "turn", "truncated")}
+        (wave / f"verdicts_{row['turn']:03d}.jsonl").write_text(json.dumps(result) + "\n")
+        record = {"task_id": "t", "trajectory": 0, "turn": row["turn"], "truncated": False, "result": result}
+        (wave / f"turn_{row['turn']:03d}.jsonl").write_text(json.dumps(record) + "\n")
+    verdicts = read_step_verdicts(run)
+    assert [(v["step"], v["turn"], v["truncated"]) for v in verdicts] == [(0, 0, False), (0, 1, True), (1, 0, False),
+                                                                          (1, 1, False)]
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
+    assert result.exit_code == 0, result.output
+    assert "step   1  t1 0.00/0.00  t2 1.00/1.00" in result.output
+    assert "step   2  t1 0.00/0.00  t2 0.00/1.00" in result.output
+    assert "the judged kernels of" not in result.output  # every step's kernels are here
+
