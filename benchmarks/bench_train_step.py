@@ -45,6 +45,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as a script from anywhere: `kevin` is the checkout's package
+    sys.path.insert(0, str(REPO))
+
+from kevin.policy.protocol import PolicyWrapper  # noqa: E402  (after the checkout is on the path)
 
 DEFAULT_TASKS = "level1/01_relu,level2/01_linear_relu_add_bias"
 
@@ -245,7 +249,7 @@ class PeakMemory:
 
 
 @dataclass
-class TimedGenerate:
+class TimedGenerate(PolicyWrapper):
     """The model's sampler, timed per call with its peak GPU memory (the replayed responses cost nothing)."""
 
     policy: Any
@@ -261,21 +265,6 @@ class TimedGenerate:
     @property
     def peak_gb(self) -> float:
         return self.phase.peak_gb
-
-    @property
-    def config(self) -> Any:
-        return self.policy.config
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.policy.tokenizer
-
-    @property
-    def max_response_tokens(self) -> int:
-        return self.policy.max_response_tokens
-
-    def set_max_response_tokens(self, tokens: int) -> None:
-        self.policy.set_max_response_tokens(tokens)
 
     def __call__(self, prompts: list[Any]) -> list[Any]:
         with self.phase:
@@ -719,8 +708,6 @@ def write_report(figures: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    if str(REPO) not in sys.path:  # run as a script from anywhere: `kevin` is the checkout's package
-        sys.path.insert(0, str(REPO))
     args = parse_args(argv)
     args.command = shlex.join(["python3", *sys.argv] if argv is None
                               else ["python3", "benchmarks/bench_train_step.py", *argv])

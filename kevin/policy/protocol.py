@@ -21,7 +21,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from kevin.records.generation import GenerationOut, Prompt
 
-__all__ = ["Generate", "LengthLimited", "Policy", "Sampling", "SamplingSettings", "Tokenizing"]
+__all__ = ["Generate", "LengthLimited", "Policy", "PolicyWrapper", "Sampling", "SamplingSettings", "Tokenizing"]
 
 
 class Generate(Protocol):
@@ -77,3 +77,27 @@ class Policy(Sampling, LengthLimited, Protocol):
     def close(self) -> None:
         """Release connections or pools; a no-op for an in-process model."""
         ...
+
+
+class PolicyWrapper:
+    """A base for a wrap of a policy (its ``policy``) that passes through what the trainer and a length schedule ask
+    of it: the sampling config (the trainer checks the temperature against its own), the tokenizer and the response
+    limit. A wrap that answers some prompts itself overrides ``max_response_tokens`` when its answers may be longer."""
+
+    policy: Any
+
+    @property
+    def config(self) -> Any:
+        return self.policy.config
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.policy.tokenizer
+
+    @property
+    def max_response_tokens(self) -> int:
+        return self.policy.max_response_tokens
+
+    def set_max_response_tokens(self, tokens: int) -> None:
+        self.policy.set_max_response_tokens(tokens)
+

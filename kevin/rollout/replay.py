@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from kevin.policy.protocol import Policy
+from kevin.policy.protocol import Policy, PolicyWrapper
 from kevin.records.generation import GenerationOut, Prompt
 from kevin.rollout.prompts import Attempt, resolved_profile, turn_user_message
 from kevin.tasks import bundled_solution_path, bundled_solutions_dir, bundled_tasks_dir
@@ -47,26 +47,8 @@ def longest_response_tokens(tokenizer: Any, responses: dict[str, str]) -> int:
     return max((len(tokenizer.encode(t, add_special_tokens=False)) + eos for t in responses.values()), default=0)
 
 
-class _WrappedPolicy:
-    """What a replaying wrapper passes through from the policy it wraps: its config (the trainer checks the sampling
-    temperature against its own), its tokenizer and its response limit."""
-
-    policy: Any
-
-    @property
-    def config(self) -> Any:
-        return self.policy.config
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.policy.tokenizer
-
-    def set_max_response_tokens(self, tokens: int) -> None:
-        self.policy.set_max_response_tokens(tokens)
-
-
 @dataclass
-class ReplayPolicy(_WrappedPolicy):
+class ReplayPolicy(PolicyWrapper):
     """A ``Generate`` that answers the first ``replayed`` trajectories of each task with ``responses[task_id]``
     and samples the others from ``policy``.
 
@@ -128,7 +110,7 @@ class ReplayPolicy(_WrappedPolicy):
         return [o for o in outs if o is not None]
 
 
-class ReferenceReplay(_WrappedPolicy):
+class ReferenceReplay(PolicyWrapper):
     """``ReplayPolicy`` for a training run, whose batch of tasks changes every step: the first ``replayed`` of each
     task's ``trajectories`` answer with the task's bundled reference solution, the others sample from ``policy``.
 
