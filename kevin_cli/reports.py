@@ -86,6 +86,7 @@ def learning_cmd(
     write_csv(out / "learning.csv", rows, [*LEARNING_FIELDS, *extra])
     _say_steps(rows)
     gain = _window(summaries, rows, window)
+    _say_rest(run_dir)
     paired = _task_gains(summaries)
     per_turn = _turn_gains(verdicts, len(rows))
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
@@ -135,6 +136,19 @@ def _window(summaries: list[dict[str, Any]], rows: list[dict[str, Any]], window:
         typer.echo(f"  the windows drew different tasks (first {first}, last {last}, {both} in both): this gain "
                    "mixes which tasks were drawn with what the policy learned; the task-by-task figures pair them")
     return gain
+
+
+def _say_rest(run_dir: Path) -> None:
+    """A run whose barren tasks rest draws fewer of the tasks it cannot solve as it goes: say so beside the gain."""
+    import yaml
+
+    config = run_dir / "config.yaml"
+    settings = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
+    rest = ((settings or {}).get("experiment") or {}).get("rest_barren_epochs", 0)
+    if rest:
+        typer.echo(f"  this run rests barren tasks (experiment.rest_barren_epochs={rest}): its later steps draw fewer "
+                   "tasks it cannot solve, so the mean score rises with the mix alone; the task-by-task figures "
+                   "compare like with like")
 
 
 def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -285,6 +285,10 @@ def test_a_step_whose_rollout_is_gone_is_read_from_its_kernels_file(tmp_path):
                                                                           (1, 1, False)]
     result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
     assert result.exit_code == 0, result.output
+    assert "rests barren tasks" not in result.output  # no config.yaml: nothing said
+    (run / "config.yaml").write_text("experiment:\n  name: r\n  rest_barren_epochs: 2\n")
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
+    assert "this run rests barren tasks (experiment.rest_barren_epochs=2)" in result.output
     assert "step   1  t1 0.00/0.00  t2 1.00/1.00" in result.output
     assert "step   2  t1 0.00/0.00  t2 0.00/1.00" in result.output
     assert "the judged kernels of" not in result.output  # every step's kernels are here
