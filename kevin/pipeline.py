@@ -14,9 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["baseline_entry", "headline_metrics", "merge_baselines", "prepare_output_dir", "read_step_summaries",
-           "report_markdown", "run_settings", "step_totals",
-           "train_curve", "train_metrics", "write_csv", "write_json"]
+__all__ = ["KERNELS_FILE", "baseline_entry", "headline_metrics", "kernel_rows", "merge_baselines", "prepare_output_dir",
+           "read_run_config", "read_step_summaries", "read_step_verdicts", "report_markdown", "run_settings",
+           "step_totals", "train_curve", "train_metrics", "write_csv", "write_json"]
 
 CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
 """Columns of the train stage's per-step curve (``outputs/train/plots/steps.csv``)."""
@@ -169,18 +169,23 @@ def prepare_output_dir(out_dir: str | Path, params: Mapping[str, Any]) -> bool:
     ``params_dict()``), which the stage then resumes (``persist: true`` keeps it across ``dvc repro``). A run
     started with other settings (DVC re-runs the stage because a parameter changed) is removed first: resuming
     it would mix two experiments in one run. False when there is nothing to resume."""
-    import yaml
-
-    out_dir = Path(out_dir)
-    config_file = out_dir / "config.yaml"
-    if not config_file.is_file():
+    started = read_run_config(out_dir)
+    if started is None:
         return False
     # The same normalisation the run applies when it writes config.yaml (JSON round trip: tuples become lists).
     wanted = json.loads(json.dumps(dict(params), default=str))
-    if yaml.safe_load(config_file.read_text(encoding="utf-8")) == wanted:
+    if started == wanted:
         return True
     shutil.rmtree(out_dir)
     return False
+
+
+def read_run_config(out_dir: str | Path) -> dict[str, Any] | None:
+    """The settings a run started with (its ``config.yaml``, as the run wrote it), or None when it has none."""
+    import yaml
+
+    config_file = Path(out_dir) / "config.yaml"
+    return yaml.safe_load(config_file.read_text(encoding="utf-8")) if config_file.is_file() else None
 
 
 def baseline_entry(times_ms: Mapping[str, float], *, backend: str, profile: str, torch_version: str,

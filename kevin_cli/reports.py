@@ -140,11 +140,9 @@ def _window(summaries: list[dict[str, Any]], rows: list[dict[str, Any]], window:
 
 def _say_rest(run_dir: Path) -> None:
     """A run whose barren tasks rest draws fewer of the tasks it cannot solve as it goes: say so beside the gain."""
-    import yaml
+    from kevin.pipeline import read_run_config
 
-    config = run_dir / "config.yaml"
-    settings = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
-    rest = ((settings or {}).get("experiment") or {}).get("rest_barren_epochs", 0)
+    rest = ((read_run_config(run_dir) or {}).get("experiment") or {}).get("rest_barren_epochs", 0)
     if rest:
         typer.echo(f"  this run rests barren tasks (experiment.rest_barren_epochs={rest}): its later steps draw fewer "
                    "tasks it cannot solve, so the mean score rises with the mix alone; the task-by-task figures "

@@ -47,8 +47,12 @@ RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 KEEP=runs/${RUN#outputs/}  # the run's pack, committed: it outlives a fresh checkout
 
+run_paths() {  # what a pack holds, as far as it exists here: the warm start, the run, the evaluations
+  local p; for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e "$p" ] && echo "$p"; done
+}
+
 pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
-  local keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e "$p" ] && keep+=("$p"); done
+  local keep; mapfile -t keep < <(run_paths)
   rm -f "$OUT"/run.tar.part-*
   [ ${#keep[@]} -eq 0 ] && return 0
   tar --exclude='*/trainer' -czf - "${keep[@]}" | split -b 15M -d - "$OUT/run.tar.part-"
@@ -131,7 +135,7 @@ case "$STAGE" in
       # rollouts of the steps after the newest checkpoint (a resume redoes those from their files). The rollouts of
       # checkpointed steps (prompts, answers, token ids) stay in .carry/full for as long as this checkout lives.
       newest=$(ls -d .carry/full/$RUN/checkpoints/step_* 2>/dev/null | sed 's/.*step_0*//' | sort -n | tail -1)
-      keep=(); for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e ".carry/full/$p" ] && keep+=("$p"); done
+      mapfile -t keep < <(cd .carry/full && run_paths)
       filter=$PWD/scripts/run_pack_filter.sh
       (cd .carry/full && find "${keep[@]}" -type f | sort | bash "$filter" "$RUN" "$newest" | tar -czf - -T -) \
         | split -b 15M -d - .carry/pieces/run.tar.part-
