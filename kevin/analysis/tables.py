@@ -24,6 +24,7 @@ __all__ = [
     "comparison_markdown",
     "flat_metrics",
     "markdown_table",
+    "paired_markdown",
     "table1_csv",
     "table1_markdown",
     "table2_csv",
@@ -226,6 +227,49 @@ def comparison_csv(reports: Sequence[RunReport], baseline: str | None = None) ->
         deltas = [None if row.get(r) is None or base is None else row.get(r) - base for r in others]
         rows.append([row.label, *(num(row.get(r)) for r in reports), *map(num, deltas)])
     return csv_text(header, rows)
+
+
+# ------------------------------------------------------------------------------------- task by task
+
+PAIRED_FIGURES: tuple[tuple[str, str, Callable[[float], float]], ...] = (
+    ("tasks solved", "share", lambda perf: 1.0 if perf > 0 else 0.0),
+    ("tasks faster than eager", "share", lambda perf: 1.0 if perf > 1.0 else 0.0),
+    ("best perf", "speedup", lambda perf: perf),
+)
+"""The figures ``paired_markdown`` pairs, from each task's best perf (0 when no kernel of the task was correct):
+label, kind (as in the comparison) and the figure of one task."""
+
+
+def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *, level: float = 0.9,
+                    draws: int = 2000, seed: int = 0) -> str:
+    """Each other run against the baseline task by task, on the tasks both evaluated: per figure of
+    ``PAIRED_FIGURES``, both means, the gain, and a ``level`` percentile-bootstrap interval of the mean per-task
+    difference from ``draws`` seeded redraws of the tasks, with its verdict.
+
+    The comparison's rows are means over tasks that differ far more than two checkpoints do; pairing each task with
+    itself removes that spread, and the interval says whether a gain of a few tasks is more than which tasks happened
+    to be drawn. With one try per task it still carries the sampling noise of that one try."""
+    from kevin.analysis.learning import Gain, paired_gain
+
+    b = _baseline_index(reports, baseline)
+    base = reports[b]
+    header = ["figure", "run", "tasks", f"{base.name} (baseline)", "run", "gain", f"{100 * level:.0f}% interval",
+              "verdict"]
+    rows = []
+    for i, run in enumerate(reports):
+        common = sorted(set(base.task_best_speedup) & set(run.task_best_speedup))
+        if i == b or not common:
+            continue
+        for label, kind, figure in PAIRED_FIGURES:
+            visits = {t: [figure(base.task_best_speedup[t]), figure(run.task_best_speedup[t])] for t in common}
+            first, last, low, high, _ = paired_gain(visits, level=level, draws=draws, seed=seed)
+            fmt = times if kind == "speedup" else pct
+            rows.append([label, run.name, str(len(common)), fmt(first), fmt(last), _delta(kind, last, first),
+                         f"[{_delta(kind, low, 0.0)}, {_delta(kind, high, 0.0)}]",
+                         Gain(first=first, last=last, low=low, high=high).verdict])
+    if not rows:
+        return f"No run shares a task with {base.name}: there is nothing to pair.\n"
+    return markdown_table(header, rows)
 
 
 # ---------------------------------------------------------------------------- curves in long form (DVC)

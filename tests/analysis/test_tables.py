@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from kevin.analysis.metrics import AnalysisConfig, analyze_run
@@ -10,6 +12,7 @@ from kevin.analysis.tables import (
     best_at_k_csv,
     comparison_csv,
     comparison_markdown,
+    paired_markdown,
     flat_metrics,
     table1_csv,
     table1_markdown,
@@ -166,3 +169,30 @@ def test_flat_metric_names_are_accepted_by_mlflow(tmp_path):
     finally:
         mlflow.set_tracking_uri(None)
     assert logged == pytest.approx(flat)
+
+
+def test_paired_pairs_each_task_with_itself():
+    # Tasks' best perf: base A 0, B 1.2, C 0.5, D 0; run A 0.8, B 1.5, C 0.5, E 2.0. Only A, B and C are in both.
+    # solved: base [0, 1, 1] = 67%, run [1, 1, 1] = 100%, differences [1, 0, 0]; a redraw of the 3 tasks has mean 0
+    #   with probability (2/3)^3 = 0.30 (so the 5% end is 0) and mean 1 with 1/27 = 0.04 < 0.05 (so the 95% end is
+    #   the next value down, 2/3): [+0, +67 pts], within the noise.
+    # faster than eager (perf > 1): base [0, 1, 0], run [0, 1, 0]: +0 pts, [+0, +0].
+    # best perf: base (0 + 1.2 + 0.5) / 3 = 0.57x, run (0.8 + 1.5 + 0.5) / 3 = 0.93x, gain 0.37x; differences
+    #   [0.8, 0.3, 0]: mean 0 has probability 1/27 < 0.05, so the 5% end is the next value up, 0.3 / 3 = 0.10; mean
+    #   0.8 has 1/27, so the 95% end is (0.8 + 0.8 + 0.3) / 3 = 0.63: a rise above the noise.
+    base = dataclasses.replace(BASE, task_best_speedup={"A": 0.0, "B": 1.2, "C": 0.5, "D": 0.0})
+    run = dataclasses.replace(CKPT, task_best_speedup={"A": 0.8, "B": 1.5, "C": 0.5, "E": 2.0})
+    assert paired_markdown([base, run]) == (
+        "| figure                  | run  | tasks | base (baseline) | run   | gain    | 90% interval      | verdict                |\n"
+        "|-------------------------|------|-------|-----------------|-------|---------|-------------------|------------------------|\n"
+        "| tasks solved            | ckpt | 3     | 67%             | 100%  | +33 pts | [+0 pts, +67 pts] | within the noise       |\n"
+        "| tasks faster than eager | ckpt | 3     | 33%             | 33%   | +0 pts  | [+0 pts, +0 pts]  | within the noise       |\n"
+        "| best perf               | ckpt | 3     | 0.57x           | 0.93x | +0.37x  | [+0.10x, +0.63x]  | a rise above the noise |\n"
+    )
+    # The other way round: the same pairs, every gain and interval negated.
+    lines = paired_markdown([base, run], baseline="ckpt").splitlines()
+    assert "| best perf " in lines[4] and "-0.37x" in lines[4] and "[-0.63x, -0.10x]" in lines[4]
+    assert "a fall beyond the noise" in lines[4]
+    # Runs of other tasks (a train-split run beside an eval-split run) have nothing to pair.
+    other = dataclasses.replace(CKPT, task_best_speedup={"E": 2.0})
+    assert paired_markdown([base, other]) == "No run shares a task with base: there is nothing to pair.\n"
