@@ -14,8 +14,10 @@ own measurement, accepted only when the evaluator's clock agrees with it:
 - the window between the stamps holds the call and a fixed cost (the answer to the begin mark, putting
   the outputs into the channel, the end mark, the judge's copy). The same process measures that cost
   before any candidate code is loaded, with timed calls of an empty forward (``Overhead``). A process that
-  reports a call as shorter than it was leaves the difference in the window, and is flagged when it
-  exceeds the allowed slack;
+  reports a call as shorter than it was leaves the difference in the window. Its time is flagged when even the
+  best of its calls (a low quantile, over every timed loop the candidate ran) exceeds the allowed slack, and each
+  call counts for the score at no less than its window allows (``corroborated_ms``): a process that reports only
+  some of its calls as short gains nothing, and a busy machine costs an honest kernel speed, not its verdict;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
   call time.
 What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``),
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from kevin.records.evaluation import EvalResult, PhaseTimes, Status, kernel_score
 
@@ -69,10 +72,31 @@ def measure_overhead(evidence: TimingEvidence) -> Overhead:
     return Overhead(low(window_excess_ms(evidence)))
 
 
-def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:
+def call_extras_ms(evidence: TimingEvidence, overhead: Overhead) -> list[float]:
+    """For each call: how much longer it took between its stamps than it reported, less the protocol's cost."""
+    return [x - overhead.window_ms for x in window_excess_ms(evidence)]
+
+
+def corroborated_ms(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> list[float]:
+    """Each call's time as far as the evaluator's clock vouches for it: the reported time, raised by whatever the
+    window held beyond the protocol's cost and the allowance (``slack_ms`` + ``tolerance`` x the call).
+
+    A call reported shorter than it ran counts at (nearly) its real length, so reporting some calls short cannot
+    lower the median that scores the kernel; an honest call counts as reported unless the machine delayed its
+    stamps beyond the allowance. Without a calibration (``overhead`` None) the reported times stand."""
+    if overhead is None:
+        return list(evidence.reported_ms)
+    return [r + max(0.0, x - slack_ms - tolerance * r) for r, x in zip(evidence.reported_ms, call_extras_ms(evidence, overhead))]
+
+
+def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float,
+                earlier_extras: Sequence[float] = ()) -> str:
     """'' when the reported times agree with the evaluator's clock, else what disagrees.
 
     ``overhead``: the calibration of the same process (None: only the hard bound is checked).
+    ``earlier_extras``: ``call_extras_ms`` of the candidate's earlier timed loops. They are pooled with this loop's:
+    a process that reports its calls short does so in every loop, while a busy machine delays some calls of each,
+    so the best calls of all loops together tell the two apart better than any one short loop.
     """
     n = len(evidence.reported_ms)
     if n == 0:
@@ -89,7 +113,7 @@ def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: f
         return ""
     median_call = statistics.median(evidence.reported_ms)
     allowance = slack_ms + tolerance * median_call
-    extra = low(window_excess_ms(evidence)) - overhead.window_ms
+    extra = low([*earlier_extras, *call_extras_ms(evidence, overhead)])
     if extra > allowance:
         return (f"the timed calls report {median_call:.4f} ms each, but each took {extra:.4f} ms more than that between "
                 f"its marks by the evaluator's clock (allowed {allowance:.4f} ms)")

@@ -65,3 +65,31 @@ def test_honest_kernels_stay_correct_while_the_evaluators_process_is_busy(fresh_
         finally:
             stop.set()
     assert [(v.status.value, v.rule_id) for v in verdicts] == [("correct", "")] * 4, [v.error for v in verdicts]
+
+
+def test_a_kernel_timed_under_more_load_than_its_calibration_is_judged_again_in_a_fresh_process(fresh_cache, monkeypatch):
+    """The load on the machine when a job calibrated need not be its load when the kernel is timed: on a 2-core CI
+    machine a neighbour's work began in between and two honest kernels were flagged, every one of their calls 3.5 ms
+    longer by the evaluator's clock than the calibration allowed. Here the first process's calibration is understated
+    by 5 ms (as if the machine had been quieter then): its timed loops disagree and it is flagged; the evaluator then
+    judges the kernel in a fresh process, calibrated before the candidate's code loads, and it is correct."""
+    from kevin.evaluation import runs
+    from kevin.evaluation.verdict import Overhead
+
+    calibrations = []
+
+    def measured(evidence):
+        overhead = runs_measure(evidence)
+        calibrations.append(overhead.window_ms)
+        return Overhead(overhead.window_ms - 5.0) if len(calibrations) == 1 else overhead
+
+    runs_measure = runs.measure_overhead
+    monkeypatch.setattr(runs, "measure_overhead", measured)
+    task = find_task(load_tasks("bundled"), "level1/02_gelu")
+    source = (ROOT / "data" / "warmstart" / "cpu" / "level1/02_gelu.py").read_text()
+    with Evaluator(EvalConfig(backend="cpu", cache_dir=str(fresh_cache), timing_trials=10)) as ev:
+        verdict = ev.evaluate(task, source)
+    assert (verdict.status.value, verdict.rule_id) == ("correct", ""), verdict.error
+    assert len(calibrations) == 2  # one per process
+    again = [w for w in verdict.warnings if w.startswith("judged again in a fresh process")]
+    assert len(again) == 1 and "timing does not match the evaluator's clock" in again[0], verdict.warnings

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, assemble, classify_kernels, corroborate,
-                                      kernel_time_problem, low, measure_overhead, window_excess_ms)
+from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, assemble, call_extras_ms, classify_kernels,
+                                      corroborate, corroborated_ms, kernel_time_problem, low, measure_overhead,
+                                      window_excess_ms)
 from kevin.records.evaluation import Status
 
 MS = 1_000_000  # ns
@@ -72,6 +73,36 @@ def test_a_few_delayed_stamps_do_not_flag_an_honest_kernel():
     window = [1.2] * 5 + [3.2] * 15
     ev = evidence([1.0] * 20, window, gap=2.0)
     assert corroborate(ev, Overhead(0.2), 0.1, 0.2) == ""
+
+
+def test_a_delayed_call_counts_at_what_its_window_vouches_for():
+    # 4 calls reported at 1 ms; two stamped 2 ms late. Extras over the 0.2 ms overhead: 0, 0, 2, 2. A late call
+    # counts at 1 + (2 - 0.1 slack - 0.2 x 1) = 2.7 ms; the others as reported.
+    ev = evidence([1.0] * 4, [1.2, 1.2, 3.2, 3.2], gap=1.0)
+    assert call_extras_ms(ev, Overhead(0.2)) == pytest.approx([0.0, 0.0, 2.0, 2.0])
+    assert corroborated_ms(ev, Overhead(0.2), 0.1, 0.2) == pytest.approx([1.0, 1.0, 2.7, 2.7])
+    assert corroborated_ms(ev, None, 0.1, 0.2) == [1.0] * 4  # no calibration: the reported times stand
+
+
+def test_reporting_most_calls_short_does_not_lower_the_median_that_scores():
+    # 15 of 20 calls ran 1 ms but report 0.5; 5 report their 1 ms. The best calls agree, so nothing is flagged,
+    # but the short ones count at 0.5 + (0.5 - 0.1 - 0.2 x 0.5) = 0.8 ms: the median scores 0.8, not 0.5.
+    ev = evidence([0.5] * 15 + [1.0] * 5, [1.2] * 20, gap=1.0)
+    assert corroborate(ev, Overhead(0.2), 0.1, 0.2) == ""
+    vouched = corroborated_ms(ev, Overhead(0.2), 0.1, 0.2)
+    assert vouched == pytest.approx([0.8] * 15 + [1.0] * 5)
+    assert sorted(vouched)[10] == pytest.approx(0.8)
+
+
+def test_earlier_loops_are_pooled_with_this_one():
+    overhead = Overhead(0.2)
+    busy = evidence([1.0] * 5, [3.2] * 5, gap=1.0)  # every call of this loop stamped 2 ms late
+    assert "2.0000 ms more" in corroborate(busy, overhead, 0.1, 0.2)
+    # an earlier loop whose calls agreed: the best of the pool is on time
+    assert corroborate(busy, overhead, 0.1, 0.2, earlier_extras=[0.0] * 5) == ""
+    # a process that reports every call 0.5 ms short in every loop is flagged however many loops are pooled
+    short = evidence([0.5] * 5, [1.2] * 5, gap=1.0)
+    assert "0.5000 ms more" in corroborate(short, overhead, 0.1, 0.2, earlier_extras=call_extras_ms(short, overhead) * 2)
 
 
 def test_profiled_kernels_longer_than_the_reported_call_are_flagged():
