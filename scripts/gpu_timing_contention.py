@@ -14,7 +14,8 @@ cpu cause) did not change that rate. This script judges our concise CUDA answers
 - ``host``: every core busy with processes at nice 0, and two Python threads spinning in this process.
 
 It prints, per neighbour, the kernels judged, those flagged, those whose first timed loop disagreed (timed again),
-and the correct share. Run on the device machine from the repo root (one call, ~5 minutes with a cold compile cache):
+those flagged in their first process and judged again in a fresh one (fresh), those scored slower than they
+reported because the evaluator's clock did not vouch for the rest (raised), and the correct share. Run on the device machine from the repo root (one call, ~5 minutes with a cold compile cache):
 
     python3 scripts/gpu_timing_contention.py --rounds 3
 """
@@ -106,7 +107,7 @@ def main() -> None:
         ev.evaluate_many(batch)  # compiles every kernel once; the rounds below judge from the compile cache
         print(f"{len(batch)} kernels compiled and judged once in {time.perf_counter() - t0:.0f} s", flush=True)
         for name in names:
-            flagged, retried, correct, judged, excess = 0, 0, 0, 0, []
+            flagged, retried, fresh, raised, correct, judged, excess = 0, 0, 0, 0, 0, 0, []
             t0 = time.perf_counter()
             with neighbour(name):
                 for _ in range(args.rounds):
@@ -114,11 +115,13 @@ def main() -> None:
                         judged += 1
                         correct += result.status.value == "correct"
                         retried += any("disagreed with the evaluator's clock" in w for w in result.warnings)
+                        fresh += any(w.startswith("judged again in a fresh process") for w in result.warnings)
+                        raised += any(w.startswith("scored at ") for w in result.warnings)
                         if result.rule_id == "timing_mismatch":
                             flagged += 1
                             excess.append(f"{result.task_id.split('/')[1]}: {result.error[-110:]}")
-            print(f"{name:12s} judged {judged:3d}  flagged {flagged:3d}  timed again {retried:3d}  "
-                  f"correct {correct / max(judged, 1):.2f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(f"{name:12s} judged {judged:3d}  flagged {flagged:3d}  timed again {retried:3d}  fresh {fresh:3d}  "
+                  f"raised {raised:3d}  correct {correct / max(judged, 1):.2f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
             for line in excess[:6]:
                 print("    ", line)
 
