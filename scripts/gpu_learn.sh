@@ -43,12 +43,19 @@ CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work insi
 LEARN=${LEARN:-configs/h200_learn_rest.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 [ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
-RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1) SFT=outputs/h200-sft
+RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1)
+# The warm start: the run's own sft.output_dir where its config sets one (a warm start of its own), else the shared one.
+SFT=$(awk '/^sft:/ {f = 1; next} /^[^ #]/ {f = 0} f && $1 == "output_dir:" {print $2; exit}' "$LEARN")
+SFT=${SFT:-outputs/h200-sft}
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 KEEP=runs/${RUN#outputs/}  # the run's pack, committed: it outlives a fresh checkout
 
+start_eval() {  # where the warm start's evaluation of side $1 goes: shared by the runs that start from it
+  if [ "$SFT" = outputs/h200-sft ]; then echo "outputs/h200-eval-start-$1"; else echo "$SFT-eval-start-$1"; fi
+}
+
 run_paths() {  # what a pack holds, as far as it exists here: the warm start, the run, the evaluations
-  local p; for p in "$SFT" "$RUN" "$RUN"-eval-* outputs/h200-eval-*; do [ -e "$p" ] && echo "$p"; done
+  local p; for p in "$SFT" "$RUN" "$RUN"-eval-* $(start_eval '*'); do [ -e "$p" ] && echo "$p"; done
 }
 
 pack_run() {  # the run folder (warm start, checkpoints, MLflow, evaluations) in pieces $OUT can return
@@ -194,7 +201,7 @@ case "$STAGE" in
     for which in ${WHICH:-start last}; do
       for side in ${SIDES:-train eval}; do
         # the warm start's evaluations are shared by the runs that start from it
-        dir=$RUN-eval-$which-$side$suffix; [ "$which" = start ] && dir=outputs/h200-eval-start-$side$suffix
+        dir=$RUN-eval-$which-$side$suffix; [ "$which" = start ] && dir=$(start_eval "$side$suffix")
         [ -f "$dir/report.json" ] && continue
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
         timeout ${EVAL_S:-270} python3 -m kevin_cli evaluate $PARAMS --checkpoint "$ckpt" --resume \

@@ -40,7 +40,8 @@ def build_warm_start(config: RunConfig, split: Path, out: Path, say: Callable[[s
     model, tokenizer = load_model(base)
     examples, dropped = warm_start_examples(config, tasks, tokenizer)
     if dropped:
-        say(f"left out {len(dropped)} answers longer than max_response_tokens ({config.max_response_tokens}): "
+        turns = f" or second turns longer than sft.max_length ({config.sft.max_length})" if config.sft.second_turn else ""
+        say(f"left out {len(dropped)} answers longer than max_response_tokens ({config.max_response_tokens}){turns}: "
             f"{dropped}")
     if not examples:
         raise ValueError(f"no warm-start answer fits in max_response_tokens ({config.max_response_tokens}): "

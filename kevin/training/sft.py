@@ -26,7 +26,7 @@ from kevin.tasks.task import Task
 
 __all__ = ["ADAPTER_CONFIG", "CONCISE_REASONING", "CONCISE_SUMMARY", "MODEL_DIR", "is_adapter", "merge_adapter", "SFTConfig", "answer_tokens", "concise_solution_path",
            "concise_tasks", "example_tokens", "fit_examples", "reasoning_text", "sft_examples", "sft_model_dir",
-           "summary_text", "run_sft"]
+           "summary_text", "run_sft", "second_turn_messages"]
 
 MODEL_DIR = "model"
 """The fine-tuned model's folder inside ``sft.output_dir``."""
@@ -71,6 +71,12 @@ class SFTConfig(Settings):
     that have one, with a one-line reasoning and summary; the answers a small model can learn and finish within
     a short response limit."""
 
+    second_turn: bool = False
+    """Also train each answer as the second turn of its task: after a first attempt that was this same kernel, correct
+    at 1.00x, the answer is the kernel again, whole and ended. Without it the warm start has only first-turn
+    prompts, and a policy warm-started on them wrote second turns that ran to the response limit or could not be
+    parsed (the H200's third run: 0.94 of second-turn answers unparseable by its sixth GRPO step)."""
+
     fit_response_limit: bool = True
     """Leave out the examples whose answer (with its end-of-sequence token) is longer than the run's
     ``max_response_tokens``: the policy could never finish them in a rollout."""
@@ -105,6 +111,8 @@ class SFTConfig(Settings):
                              f"got {self.lr!r}")
         if not isinstance(self.data, str):
             raise ValueError(f"sft.data must be a folder (or \"\" for the bundled references), got {self.data!r}")
+        if not isinstance(self.second_turn, bool):
+            raise ValueError(f"sft.second_turn must be true or false, got {self.second_turn!r}")
         if not isinstance(self.fit_response_limit, bool):
             raise ValueError(f"sft.fit_response_limit must be true or false, got {self.fit_response_limit!r}")
         if not isinstance(self.lora, bool):
@@ -181,12 +189,13 @@ def concise_tasks(tasks: Sequence[Task], backend: str, data_dir: str | Path) -> 
 
 def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", system_prompt: str = "",
                  include_example: bool = True, prompt_style: str = "full",
-                 data_dir: str | Path | None = None) -> list[dict[str, Any]]:
+                 data_dir: str | Path | None = None, second_turn: bool = False) -> list[dict[str, Any]]:
     """One conversational prompt-completion example per task: the first-turn messages the rollout sends
     (``prompt_style`` as ``rollout.prompt_style``), and the answer (reasoning, the solution in a ```python block,
     a summary). Without ``data_dir`` the solution is the task's bundled reference (FileNotFoundError naming the
     tasks without one); with it, the task's concise solution there and the one-line reasoning and summary
-    (tasks without one are left out; FileNotFoundError if none has one)."""
+    (tasks without one are left out; FileNotFoundError if none has one). With ``second_turn`` each task also gets
+    the second turn's example (``second_turn_messages``) with the same answer, right after its first."""
     from kevin.rollout.prompts import PromptBuilder
     from kevin.rollout.replay import replay_response
     from kevin.tasks import bundled_solution_path
@@ -209,9 +218,25 @@ def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", syst
     examples = []
     for task, path, reasoning, summary in pairs:
         answer = f"{reasoning}\n\n{replay_response(path.read_text(encoding='utf-8'), summary)}"
-        examples.append({"prompt": builder.messages(task, []), "completion": [{"role": "assistant", "content": answer}],
-                         "task_id": task.task_id})
+        completion = [{"role": "assistant", "content": answer}]
+        examples.append({"prompt": builder.messages(task, []), "completion": completion, "task_id": task.task_id})
+        if second_turn:
+            source = path.read_text(encoding="utf-8")
+            examples.append({"prompt": second_turn_messages(builder, task, source, summary),
+                             "completion": [dict(m) for m in completion], "task_id": task.task_id, "turn": 1})
     return examples
+
+
+def second_turn_messages(builder: Any, task: Task, source: str, summary: str) -> list[dict[str, str]]:
+    """The messages of a task's second turn after a first attempt that was ``source`` with ``summary``, judged
+    correct at 1.00x: the context a warm-started policy meets most often in its second turn (its memorised kernel,
+    correct), in the rollout's own wording (``PromptBuilder``, ``feedback_line``)."""
+    from kevin.records.evaluation import EvalResult, Status
+    from kevin.records.verdicts import feedback_line
+    from kevin.rollout.prompts import Attempt
+
+    judged = EvalResult(task_id=task.task_id, candidate_id="warm-start", status=Status.CORRECT, speedup=1.0)
+    return builder.messages(task, [Attempt(turn=0, kernel=source, summary=summary, feedback=feedback_line(judged))])
 
 
 def answer_tokens(tokenizer: Any, example: dict[str, Any]) -> int:
@@ -242,13 +267,23 @@ def example_tokens(tokenizer: Any, examples: Sequence[dict[str, Any]]) -> list[i
 def warm_start_examples(config: Any, tasks: Sequence[Task], tokenizer: Any) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The examples the warm start of run config ``config`` trains on, over the train ``tasks``: its answers (the
     ``sft`` section's data), asked as the rollout asks (backend, profile, prompt style), less those longer than the
-    response limit with ``sft.fit_response_limit``; and {task id: answer tokens} of those left out."""
+    response limit with ``sft.fit_response_limit`` (and, with ``sft.second_turn``, the second turns longer than
+    ``sft.max_length`` in all); and {task id: tokens} of those left out."""
     examples = sft_examples(tasks, config.backend, profile=config.profile, system_prompt=config.rollout.system_prompt,
                             include_example=config.rollout.include_example, prompt_style=config.rollout.prompt_style,
-                            data_dir=config.sft.data or None)
+                            data_dir=config.sft.data or None, second_turn=config.sft.second_turn)
+    if config.sft.second_turn:
+        # A second turn's prompt holds the first attempt too; one longer than sft.max_length would lose the end of
+        # its answer to the trainer's cut, and teach the very run-on answer these examples are there to prevent.
+        sizes = example_tokens(tokenizer, examples)
+        long = {f"{e['task_id']} (turn 2)": n for e, n in zip(examples, sizes) if e.get("turn") and n > config.sft.max_length}
+        examples = [e for e, n in zip(examples, sizes) if not (e.get("turn") and n > config.sft.max_length)]
+    else:
+        long = {}
     if not config.sft.fit_response_limit:
-        return examples, {}
-    return fit_examples(tokenizer, examples, config.max_response_tokens)
+        return examples, long
+    kept, dropped = fit_examples(tokenizer, examples, config.max_response_tokens)
+    return kept, {**dropped, **long}
 
 
 FINGERPRINT_SETTINGS = ("epochs", "lr", "batch_size", "max_length", "seed", "lora", "lora_r")

@@ -89,6 +89,67 @@ def test_answers_longer_than_the_response_limit_are_left_out(suite):
     assert dropped == {t: n for t, n in sizes.items() if n > limit}
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_turn_examples_follow_a_correct_first_attempt_with_the_same_whole_answer(suite, backend):
+    from kevin.rollout.parsing import parse_response
+    from kevin.rollout.prompts import PromptBuilder
+    from kevin.training.sft import CONCISE_SUMMARY, sft_examples
+
+    tasks = list(suite.values())
+    first = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA)
+    both = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA, second_turn=True)
+    assert both[0::2] == first  # the first-turn examples unchanged, each followed by its second turn
+    builder = PromptBuilder(backend, style="compact")
+    for one, two in zip(both[0::2], both[1::2]):
+        task, source = suite[one["task_id"]], (DATA / backend / f"{one['task_id']}.py").read_text()
+        assert two["task_id"] == one["task_id"] and two["turn"] == 1 and "turn" not in one
+        assert two["completion"] == one["completion"]
+        user = two["prompt"][-1]["content"]
+        # the second turn's context as the rollout words it: the task, then the first attempt and its verdict
+        assert user.startswith(builder.messages(task, [])[-1]["content"].split("\n")[0])
+        assert "### Attempt 1" in user and source.strip() in user and CONCISE_SUMMARY[backend] in user
+        assert "Your kernel is correct and runs at 1.00x the speed of the PyTorch eager baseline" in user
+        assert parse_response(two["completion"][0]["content"]).kernel.strip() == source.strip()
+
+
+class TemplateTokenizer(WordTokenizer):
+    """Words as tokens, through a chat template that joins the messages."""
+
+    def apply_chat_template(self, messages, tokenize=False):
+        return "\n".join(m["content"] for m in messages)
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": text.split()}
+
+
+def test_a_second_turn_longer_than_max_length_is_left_out_whole(suite):
+    """The trainer cuts an example at sft.max_length from the end: a second turn cut there would teach the run-on
+    answer it exists to prevent, so it is left out instead (and its first turn kept)."""
+    import dataclasses
+
+    from kevin.config import RunConfig
+    from kevin.experiment.splits import split_side
+    from kevin.training.sft import example_tokens, sft_examples, warm_start_examples
+
+    run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"])
+    tasks = [t for t in split_side(run, "", "train") if (DATA / "cpu" / f"{t.task_id}.py").is_file()]
+    tok = TemplateTokenizer()
+    both = sft_examples(tasks, "cpu", prompt_style=run.rollout.prompt_style, data_dir=DATA, second_turn=True,
+                        system_prompt=run.rollout.system_prompt, include_example=run.rollout.include_example,
+                        profile=run.profile)
+    seconds = sorted(n for e, n in zip(both, example_tokens(tok, both)) if e.get("turn"))
+    limit = seconds[len(seconds) // 2]  # half of the second turns are longer
+    run = dataclasses.replace(run, sft=dataclasses.replace(run.sft, second_turn=True, max_length=limit,
+                                                           fit_response_limit=False))
+    kept, dropped = warm_start_examples(run, tasks, tok)
+    sizes = dict(zip(map(id, both), example_tokens(tok, both)))
+    assert [e for e in kept if not e.get("turn")] == [e for e in both if not e.get("turn")]
+    assert [e["task_id"] for e in kept if e.get("turn")] == [e["task_id"] for e in both
+                                                            if e.get("turn") and sizes[id(e)] <= limit]
+    assert dropped == {f"{e['task_id']} (turn 2)": sizes[id(e)] for e in both if e.get("turn") and sizes[id(e)] > limit}
+    assert 0 < len(dropped) < len(seconds)
+
+
 def _embedded_tokenizer():
     """SmolLM2's tokenizer from the converted model folder that any run of the embedded model leaves in the cache;
     None when no run made it yet (converting takes about a minute)."""
@@ -154,3 +215,29 @@ def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
     assert fingerprint == shipped["fingerprint"], (
         "data/warmstart/prebuilt/cpu is stale: rebuild it with the command in docs/learning.md")
     assert (REPO / run.sft.prebuilt / "model" / "adapter_model.safetensors").stat().st_size > 1_000_000
+
+
+def test_the_h200_third_runs_warm_start_keeps_every_second_turn_whole(suite):
+    """configs/h200_learn_rest.yaml trains each answer also as a second turn; its sft.max_length must hold the
+    longest of them with SmolLM2's tokenizer, or the second turns it exists for would be left out."""
+    from kevin.config import RunConfig
+    from kevin.experiment.splits import split_side
+    from kevin.training.sft import example_tokens, warm_start_examples
+
+    try:
+        from kevin.policy.embedded import embedded_hf_dir
+
+        folder = embedded_hf_dir()
+    except (FileNotFoundError, ImportError) as exc:
+        pytest.skip(f"the embedded model is not installed: {exc}")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml",
+                                REPO / "configs" / "h200_learn_rest.yaml"])
+    assert run.sft.second_turn and run.backend == "cuda"
+    kept, dropped = warm_start_examples(run, split_side(run, "", "train"), tokenizer)
+    firsts = [e["task_id"] for e in kept if not e.get("turn")]
+    assert [e["task_id"] for e in kept if e.get("turn")] == firsts and len(firsts) >= 20
+    assert not any(k.endswith("(turn 2)") for k in dropped), dropped
+    assert max(example_tokens(tokenizer, kept)) <= run.sft.max_length
