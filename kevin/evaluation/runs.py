@@ -19,8 +19,7 @@ from kevin.evaluation.protocol import Received
 from kevin.records.evaluation import Status, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
-                                      forbidden_ops, kernel_time_problem, measure_overhead,
-                                      call_extras_ms, corroborated_ms)
+                                      forbidden_ops, kernel_time_problem, measure_overhead, corroborated_ms)
 from kevin.records.target import KernelTarget
 
 REPORTABLE = {"parse_error": Status.PARSE_ERROR, "rule_violation": Status.RULE_VIOLATION, "compile_error": Status.COMPILE_ERROR,
@@ -159,8 +158,8 @@ class RunPlan:
     tolerance: float = 0.2
     timing_attempts: int = 3
     """Timed loops a candidate gets when its times disagree with the evaluator's clock: a burst of other
-    work on the machine delays the evaluator's stamps in one loop, a forgery shows in every loop. The loops' extras
-    are pooled (verdict.corroborate)."""
+    work on the machine delays the evaluator's stamps in one loop, a forgery shows in every loop: a loop that agrees
+    is enough."""
 
 
 class RunDriver:
@@ -185,10 +184,8 @@ class RunDriver:
         self._phase = "ready"
         self._attempts = 0
         self._attached = False
-        self._extras: list[float] = []
-        """``call_extras_ms`` of every timed loop so far, pooled by ``corroborate``."""
         self._best: tuple[list[float], list[float]] | None = None
-        """(corroborated, reported) times of the timed loop with the lowest corroborated median."""
+        """(corroborated, reported) times of the agreeing timed loop with the lowest corroborated median."""
 
     def fail(self, failure: Failure) -> None:
         if self.facts.failure is None:
@@ -417,11 +414,9 @@ class RunDriver:
                                                 f"stale or cached output?): {answer.get('message', '')}"))
             self.job.send({"t": "stop"})
             return
-        problem = corroborate(evidence, self.overhead, plan.slack_ms, plan.tolerance, self._extras)
-        if self.overhead is not None:
-            self._extras.extend(call_extras_ms(evidence, self.overhead))
+        problem = corroborate(evidence, self.overhead, plan.slack_ms, plan.tolerance)
         vouched = corroborated_ms(evidence, self.overhead, plan.slack_ms, plan.tolerance)
-        if self._best is None or statistics.median(vouched) < statistics.median(self._best[0]):
+        if not problem and (self._best is None or statistics.median(vouched) < statistics.median(self._best[0])):
             self._best = (vouched, samples)
         slowed = statistics.median(vouched) - statistics.median(samples)
         if (problem or slowed > 0) and self._attempts < plan.timing_attempts - 1:
@@ -435,7 +430,9 @@ class RunDriver:
             self._phase = "again"
             self.job.send({"t": "again"})
             return
-        vouched, samples = self._best
+        if self._best is not None:  # a loop that agreed is scored (a later one timed again may have disagreed)
+            problem = ""
+            vouched, samples = self._best
         if not problem and KernelTarget.parse(plan.backend).is_gpu:
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:

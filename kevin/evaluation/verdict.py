@@ -15,7 +15,7 @@ own measurement, accepted only when the evaluator's clock agrees with it:
   the outputs into the channel, the end mark, the judge's copy). The same process measures that cost
   before any candidate code is loaded, with timed calls of an empty forward (``Overhead``). A process that
   reports a call as shorter than it was leaves the difference in the window. Its time is flagged when even the
-  best of its calls (a low quantile, over every timed loop the candidate ran) exceeds the allowed slack, and each
+  best of its calls (a low quantile) exceeds the allowed slack, and each
   call counts for the score at no less than its window allows (``corroborated_ms``): a process that reports only
   some of its calls as short gains nothing, and a busy machine costs an honest kernel speed, not its verdict;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from kevin.records.evaluation import EvalResult, PhaseTimes, Status, kernel_score
 
@@ -89,15 +88,11 @@ def corroborated_ms(evidence: TimingEvidence, overhead: Overhead | None, slack_m
     return [r + max(0.0, x - slack_ms - tolerance * r) for r, x in zip(evidence.reported_ms, call_extras_ms(evidence, overhead))]
 
 
-def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float,
-                earlier_extras: Sequence[float] = ()) -> str:
+def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:
     """'' when the reported times agree with the evaluator's clock, else what disagrees.
 
     ``overhead``: the calibration of the same process (None: only the hard bound is checked).
-    ``earlier_extras``: ``call_extras_ms`` of the candidate's earlier timed loops. They are pooled with this loop's:
-    a process that reports its calls short does so in every loop, while a busy machine delays some calls of each,
-    so the best calls of all loops together tell the two apart better than any one short loop.
-    """
+"""
     n = len(evidence.reported_ms)
     if n == 0:
         return "no timed calls were reported"
@@ -113,7 +108,7 @@ def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: f
         return ""
     median_call = statistics.median(evidence.reported_ms)
     allowance = slack_ms + tolerance * median_call
-    extra = low([*earlier_extras, *call_extras_ms(evidence, overhead)])
+    extra = low(call_extras_ms(evidence, overhead))
     if extra > allowance:
         return (f"the timed calls report {median_call:.4f} ms each, but each took {extra:.4f} ms more than that between "
                 f"its marks by the evaluator's clock (allowed {allowance:.4f} ms)")

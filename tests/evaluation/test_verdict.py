@@ -94,17 +94,6 @@ def test_reporting_most_calls_short_does_not_lower_the_median_that_scores():
     assert sorted(vouched)[10] == pytest.approx(0.8)
 
 
-def test_earlier_loops_are_pooled_with_this_one():
-    overhead = Overhead(0.2)
-    busy = evidence([1.0] * 5, [3.2] * 5, gap=1.0)  # every call of this loop stamped 2 ms late
-    assert "2.0000 ms more" in corroborate(busy, overhead, 0.1, 0.2)
-    # an earlier loop whose calls agreed: the best of the pool is on time
-    assert corroborate(busy, overhead, 0.1, 0.2, earlier_extras=[0.0] * 5) == ""
-    # a process that reports every call 0.5 ms short in every loop is flagged however many loops are pooled
-    short = evidence([0.5] * 5, [1.2] * 5, gap=1.0)
-    assert "0.5000 ms more" in corroborate(short, overhead, 0.1, 0.2, earlier_extras=call_extras_ms(short, overhead) * 2)
-
-
 def test_profiled_kernels_longer_than_the_reported_call_are_flagged():
     assert kernel_time_problem(0.5, [0.4, 0.5, 0.6], tolerance=0.2, slack_ms=0.1) == ""  # 0.5 <= 0.5 * 1.4 + 0.1
     assert "ran 2.0000 ms" in kernel_time_problem(2.0, [0.4, 0.5, 0.6], tolerance=0.2, slack_ms=0.1)
