@@ -15,9 +15,9 @@ own measurement, accepted only when the evaluator's clock agrees with it:
   the outputs into the channel, the end mark, the judge's copy). The same process measures that cost
   before any candidate code is loaded, with timed calls of an empty forward (``Overhead``). A process that
   reports a call as shorter than it was leaves the difference in the window. Its time is flagged when even the
-  best of its calls (a low quantile) exceeds the allowed slack, and each
-  call counts for the score at no less than its window allows (``corroborated_ms``): a process that reports only
-  some of its calls as short gains nothing, and a busy machine costs an honest kernel speed, not its verdict;
+  best of its calls (a low quantile) exceeds the allowed slack, and each call counts for the score at no less than
+  its window allows (``corroborated_ms``): a process that reports only some of its calls as short gains nothing,
+  and a busy machine costs an honest kernel speed, not its verdict;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
   call time.
 What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``),
@@ -92,7 +92,7 @@ def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: f
     """'' when the reported times agree with the evaluator's clock, else what disagrees.
 
     ``overhead``: the calibration of the same process (None: only the hard bound is checked).
-"""
+    """
     n = len(evidence.reported_ms)
     if n == 0:
         return "no timed calls were reported"
