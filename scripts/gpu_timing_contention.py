@@ -15,7 +15,9 @@ cpu cause) did not change that rate. This script judges our concise CUDA answers
 
 It prints, per neighbour, the kernels judged, those flagged, those whose first timed loop disagreed (timed again),
 those flagged in their first process and judged again in a fresh one (fresh), those scored slower than they
-reported because the evaluator's clock did not vouch for the rest (raised), and the correct share. Run on the device machine from the repo root (one call, ~5 minutes with a cold compile cache):
+reported because the evaluator's clock did not vouch for the rest or its own figure of a call was longer (raised),
+by how much (the median and the largest raise, as a share of the reported median: what the score's floor,
+verdict.clock_ms, costs honest kernels), and the correct share. Run on the device machine from the repo root (one call, ~5 minutes with a cold compile cache):
 
     python3 scripts/gpu_timing_contention.py --rounds 3
 """
@@ -25,6 +27,8 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
+import statistics
 import sys
 import threading
 import time
@@ -107,7 +111,7 @@ def main() -> None:
         ev.evaluate_many(batch)  # compiles every kernel once; the rounds below judge from the compile cache
         print(f"{len(batch)} kernels compiled and judged once in {time.perf_counter() - t0:.0f} s", flush=True)
         for name in names:
-            flagged, retried, fresh, raised, correct, judged, excess = 0, 0, 0, 0, 0, 0, []
+            flagged, retried, fresh, raised, correct, judged, excess, shares = 0, 0, 0, 0, 0, 0, [], []
             t0 = time.perf_counter()
             with neighbour(name):
                 for _ in range(args.rounds):
@@ -117,13 +121,26 @@ def main() -> None:
                         retried += any("disagreed with the evaluator's clock" in w for w in result.warnings)
                         fresh += any(w.startswith("judged again in a fresh process") for w in result.warnings)
                         raised += any(w.startswith("scored at ") for w in result.warnings)
+                        if result.status.value == "correct":
+                            shares.append(raise_share(result.warnings))
                         if result.rule_id == "timing_mismatch":
                             flagged += 1
                             excess.append(f"{result.task_id.split('/')[1]}: {result.error[-110:]}")
             print(f"{name:12s} judged {judged:3d}  flagged {flagged:3d}  timed again {retried:3d}  fresh {fresh:3d}  "
-                  f"raised {raised:3d}  correct {correct / max(judged, 1):.2f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+                  f"raised {raised:3d} (median {statistics.median(shares or [0.0]):.1%}, max {max(shares or [0.0]):.1%})  "
+                  f"correct {correct / max(judged, 1):.2f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
             for line in excess[:6]:
                 print("    ", line)
+
+
+def raise_share(warnings: list[str]) -> float:
+    """How much longer a correct kernel was scored than it reported, as a share of the reported median (0 if not)."""
+    for w in warnings:
+        found = re.match(r"scored at ([0-9.]+) ms a call, ([0-9.]+) ms more", w)
+        if found:
+            scored, more = float(found.group(1)), float(found.group(2))
+            return more / max(scored - more, 1e-9)
+    return 0.0
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ checked. The judge (a process where no candidate code runs) therefore
 
 - writes each call's inputs, drawn from a fresh secret seed, into the channel just before the call's begin
   mark is answered, so no output can be computed before the call starts;
-- copies the outputs out of the channel itself when the call's end mark arrives, so work done after the end
-  mark is too late, and nothing the candidate's process copies or converts afterwards is on the way;
+- copies the outputs out of the channel itself when the call's end mark arrives, so nothing the candidate's
+  process copies or converts afterwards is on the way. The copy follows the mark by the time the evaluator takes
+  to react, and a process that works on after its end mark can still land outputs in it; the evaluator stamps the
+  call's end only when the copy is done, so such work stays inside the call's window and is scored
+  (verdict.clock_ms);
 - decides which calls to compare only inside its own memory (``judge.py``), so nothing in the candidate's
   process knows which calls are checked.
 

@@ -18,10 +18,18 @@ own measurement, accepted only when the evaluator's clock agrees with it:
   best of its calls (a low quantile) exceeds the allowed slack, and each call counts for the score at no less than
   its window allows (``corroborated_ms``): a process that reports only some of its calls as short gains nothing,
   and a busy machine costs an honest kernel speed, not its verdict;
+- the allowances still let a process report every call shorter than it ran by up to the slack (0.1 ms on cuda,
+  1 ms on cpu: more than many whole kernels take). So the score never uses less than the evaluator's own figure
+  of a call (``clock_ms``): the median window less the protocol's typical cost from the calibration. A process
+  cannot shorten its windows (its inputs exist only from the begin stamp, its outputs are taken before the end
+  stamp), so work moved out of the reported time, or done after the end mark and before the judge's copy, is
+  still counted; what an honest kernel can lose to it is the difference between the protocol's typical cost
+  while timed and while calibrated;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
   call time.
-What remains trusted: differences below the allowances (``EvalConfig.clock_slack_ms``, ``clock_tolerance``),
-and the profiler's own records, which the candidate's process produces.
+What remains trusted: the profiler's own records, which the candidate's process produces, and the part of the
+protocol's cost that runs in the candidate's process (a process that did its own hand-over faster than the
+harness's Python does would gain that difference, some tens of microseconds a call).
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ class Overhead:
 
     window_ms: float
     """Low quantile (``low``) of (end stamp - begin stamp) - reported time."""
+    typical_ms: float
+    """Median of the same: what the protocol typically adds to a call's window (``clock_ms``)."""
 
 
 def window_excess_ms(evidence: TimingEvidence) -> list[float]:
@@ -68,7 +78,8 @@ def low(values: list[float]) -> float:
 
 def measure_overhead(evidence: TimingEvidence) -> Overhead:
     """The ``Overhead`` of a run of the protocol around an empty call."""
-    return Overhead(low(window_excess_ms(evidence)))
+    excess = window_excess_ms(evidence)
+    return Overhead(low(excess), statistics.median(excess) if excess else 0.0)
 
 
 def call_extras_ms(evidence: TimingEvidence, overhead: Overhead) -> list[float]:
@@ -86,6 +97,15 @@ def corroborated_ms(evidence: TimingEvidence, overhead: Overhead | None, slack_m
     if overhead is None:
         return list(evidence.reported_ms)
     return [r + max(0.0, x - slack_ms - tolerance * r) for r, x in zip(evidence.reported_ms, call_extras_ms(evidence, overhead))]
+
+
+def clock_ms(evidence: TimingEvidence, overhead: Overhead | None) -> float:
+    """The median call by the evaluator's clock alone: each call's window less the protocol's typical cost (0 without
+    a calibration). No report of the candidate's process enters it, so it is the least a call can be scored at."""
+    if overhead is None or not evidence.begin_ns:
+        return 0.0
+    windows = [(e - b) / 1e6 - overhead.typical_ms for b, e in zip(evidence.begin_ns, evidence.end_ns)]
+    return max(0.0, statistics.median(windows))
 
 
 def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:

@@ -104,6 +104,29 @@ _c.HarnessChannel.put = _late
 """The forward's real work done while its outputs are handed over."""
 
 
+SHORT_CPU_TIMER = """
+import time
+import kevin.evaluation.timing as _t
+_real, _start = time.perf_counter_ns, [0]
+def _short():
+    now = _real()
+    if not _start[0]:
+        _start[0] = now
+        return now
+    t0, _start[0] = _start[0], 0
+    return max(t0 + 1000, now - 950000)
+_t._perf_counter_ns = _short
+"""
+"""The cpu timer forged to report every call 0.95 ms shorter than it ran (at least 0.001 ms)."""
+
+SHORT_CUDA_TIMER = """
+import torch
+_elapsed = torch.cuda.Event.elapsed_time
+torch.cuda.Event.elapsed_time = lambda self, end: max(0.001, _elapsed(self, end) - 0.095)
+"""
+"""The CUDA events forged to report every call 0.095 ms shorter than it ran."""
+
+
 def native(python: str) -> str:
     return PYTHON_FROM_NATIVE % python
 
@@ -117,20 +140,26 @@ def slow(body: str, times: int = 40) -> str:
 
 
 def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: str, cache_dir: str,
-                     other_build: str) -> dict[str, tuple[str, set[str]]]:
-    """name -> (solution source, allowed status values). ``other_build``: a file of another candidate's
-    build in the cache (an honest one, judged after this one)."""
+                     other_build: str) -> dict[str, tuple]:
+    """name -> (solution source, allowed status values[, speedup bound]). ``other_build``: a file of another
+    candidate's build in the cache (an honest one, judged after this one).
+
+    A speedup bound b marks a forgery of the time alone, whose outputs may be right: it may then be judged
+    ``correct`` if it scores a speedup of at most b x the honest kernel's: its work was counted, so the forgery bought
+    nothing."""
     forge_timer = ("import kevin.evaluation.timing as _t\n_n = [0]\n"
                    "def _fake():\n    _n[0] += 1000\n    return _n[0]\n_t._perf_counter_ns = _fake\n") if backend == "cpu" else \
         "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n"
+    short_timer = SHORT_CPU_TIMER if backend == "cpu" else SHORT_CUDA_TIMER
     baselines = f"{cache_dir}/baselines.json"
     return {
-        # The timed loop replaced: every begin/end pair wraps an empty region and the real call runs after its end
-        # mark. The judge took the outputs at the end mark, so every timed call it compares is stale; where the
-        # evaluator's clock sees the work between the marks first (on the H200 the hand-over to the next begin is
-        # inside its window), the reported times disagree with it.
-        "native_empty_timed_regions": (c(native(NO_INTEGRITY + EMPTY_TIMED_REGIONS) + body, name="h_regions"),
-                                       {"incorrect", "rule_violation"}),
+        # The timed loop replaced: every begin/end pair wraps an empty region and the real call (8 relu passes) runs
+        # after its end mark. Where the judge's copy comes first, the calls it compares are stale; where the
+        # evaluator's clock sees the work in the window, the reported times disagree with it; and where that work
+        # reached the copy (on a loaded machine), it was inside the window and is scored (the floor): at 8 times the
+        # honest kernel's work, no faster than it.
+        "native_empty_timed_regions": (c(native(NO_INTEGRITY + EMPTY_TIMED_REGIONS) + slow(body, 8), name="h_regions"),
+                                       {"incorrect", "rule_violation"}, 1.0),
         # A check plan looked for in the job's own files (the old harness found the spot-checked calls there) and
         # only those calls computed; the others return a copy of the input. The plan exists only in the judge now.
         "native_read_check_plan": (c(native(NO_INTEGRITY + READ_CHECK_PLAN) + body, name="h_plan"), {"incorrect"}),
@@ -152,6 +181,12 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
         # times plus its calibration, which pushed a 2-core CI machine past the batch's 15 s limit.)
         "native_forge_timing": (c(native(NO_INTEGRITY + forge_timer) + slow(body, 8 if backend == "cpu" else 40),
                                   name="h_timer"), {"rule_violation"}),
+        # A clock forged to stay inside the allowances: each call reported shorter than it ran by just under the
+        # slack (1 ms on cpu, 0.1 ms on cuda), so the reports pass. Until the score's floor this relu (~1.4 ms a call
+        # on a 2-core machine) scored three times the honest kernel's speedup, and any call shorter than the slack
+        # hundreds; the evaluator's own figure of each call is now the least it is scored at.
+        "native_forge_timing_fast": (c(native(NO_INTEGRITY + short_timer) + body, name="h_timer_fast"),
+                                     {"rule_violation"}, 2.0),
         # A verdict forged on the evaluator's pipe: the protocol refuses it.
         "native_forge_done": (c(native("import os, sys\nos.write(int(sys.argv[3]), b'{\"t\": \"done\"}\\n')\n") + body,
                                 name="h_done"), {"runtime_error"}),

@@ -105,7 +105,7 @@ def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, bod
     baselines_before = json.loads((evaluator.cache_dir / "baselines.json").read_text())
     build_before = other_build.read_bytes()
     items = []
-    for name, (source, _) in sources.items():
+    for name, (source, *_) in sources.items():
         items.append((task, Candidate(task.task_id, source, candidate_id=name)))
         items.append((task, Candidate(task.task_id, honest, candidate_id=f"after:{name}")))
     try:
@@ -157,17 +157,21 @@ NAMES = sorted([*hostile_sources(Path("/nonexistent"), 1),
 
 
 def check_contained(batch: dict, name: str) -> None:
-    """The hostile candidate scored 0 without leaking the secret, and the honest one after it is correct."""
+    """The hostile candidate scored 0 (or, a forgery of the time alone, no faster than its bound: hostile.py) without
+    leaking the secret, and the honest one after it is correct."""
     if name not in batch["sources"]:
         pytest.skip("no pids cgroup on this machine")
     r = batch["results"][name]
-    _, allowed = batch["sources"][name]
-    print(name, r.status.value, r.rule_id, r.error[:160].replace("\n", " "))
+    _, allowed, *bound = batch["sources"][name]
+    after = batch["results"][f"after:{name}"]
+    print(name, r.status.value, r.rule_id, f"speedup {r.speedup:.3f} (honest {after.speedup:.3f})", r.error[:160].replace("\n", " "))
+    assert after.status is Status.CORRECT, (name, after.status, after.error)
+    assert SECRET not in r.error and SECRET not in r.feedback
+    if bound and r.status is Status.CORRECT:
+        assert r.speedup <= bound[0] * after.speedup, (name, r.speedup, after.speedup, r.warnings)
+        return
     allowed = {Status(a) if isinstance(a, str) else a for a in allowed}
     assert r.score == 0.0 and r.status in allowed, (name, r.status, r.error)
-    assert SECRET not in r.error and SECRET not in r.feedback
-    after = batch["results"][f"after:{name}"]
-    assert after.status is Status.CORRECT, (name, after.status, after.error)
 
 
 def check_nothing_escaped(batch: dict) -> None:
