@@ -170,13 +170,16 @@ case "$STAGE" in
     # Every piece carried: the wheels installed (capstone among them, which the judge's native-code checks use), then
     # the GPU tests named in TESTS (e.g. the hostile suite, tests/gpu/test_cuda_sandbox.py) before a run relies on them.
     device_setup
-    python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf ${TESTS:-tests/gpu/test_cuda_sandbox.py} 2>&1 \
-      | grep -v -i warn | tee "$OUT/check.log" | tail -40 ;;
+    # CHECK_S: pytest is interrupted (SIGINT: it still prints what ran) after that many seconds; the log streams
+    # line by line, so a call cut off returns what it had.
+    timeout -s INT -k 10 "${CHECK_S:-400}" python3 -m pytest -q -m gpu -p no:cacheprovider --tb=short -rf -s \
+      ${TESTS:-tests/gpu/test_cuda_sandbox.py} 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/check.log" | tail -60 ;;
   timing)
     # Honest kernels judged beside other work on the GPU and the host (docs/judge.md: the H200's timing_mismatch
     # flags): scripts/gpu_timing_contention.py with the run's evaluation settings. ROUNDS: judgings per neighbour.
     device_setup
-    python3 scripts/gpu_timing_contention.py --rounds "${ROUNDS:-2}" 2>&1 | grep -v -i warn | tee "$OUT/timing.log" | tail -40 ;;
+    timeout -s INT -k 10 "${TIMING_S:-400}" python3 scripts/gpu_timing_contention.py --rounds "${ROUNDS:-2}" 2>&1 \
+      | grep --line-buffered -v -i warn | tee "$OUT/timing.log" | tail -40 ;;
   carried)
     du -sh .carry/call_* 2>/dev/null; nvidia-smi -L
     # TESTS: GPU tests worth the call's spare seconds (e.g. tests/policy/test_hf_gpu.py before a run that relies on it).
