@@ -20,11 +20,11 @@ own measurement, accepted only when the evaluator's clock agrees with it:
   and a busy machine costs an honest kernel speed, not its verdict;
 - the allowances still let a process report every call shorter than it ran by up to the slack (0.1 ms on cuda,
   1 ms on cpu: more than many whole kernels take). So the score never uses less than the evaluator's own figure
-  of a call (``clock_ms``): the median window less the protocol's typical cost from the calibration. A process
-  cannot shorten its windows (its inputs exist only from the begin stamp, its outputs are taken before the end
-  stamp), so work moved out of the reported time, or done after the end mark and before the judge's copy, is
-  still counted; what an honest kernel can lose to it is the difference between the protocol's typical cost
-  while timed and while calibrated;
+  of a call (``clock_ms``): the median window less the protocol's typical cost and its spread in the calibration.
+  A process cannot shorten its windows (its inputs exist only from the begin stamp, its outputs are taken before
+  the end stamp), so work moved out of the reported time, or done after the end mark and before the judge's
+  copy, is still counted but for the spread; what an honest kernel can lose to it is the difference between the
+  protocol's typical cost while timed and while calibrated, beyond that spread;
 - on cuda, the kernel durations the profiler recorded in one correctness call must fit in the reported
   call time.
 What remains trusted: the profiler's own records, which the candidate's process produces, and the part of the
@@ -100,12 +100,19 @@ def corroborated_ms(evidence: TimingEvidence, overhead: Overhead | None, slack_m
 
 
 def clock_ms(evidence: TimingEvidence, overhead: Overhead | None) -> float:
-    """The median call by the evaluator's clock alone: each call's window less the protocol's typical cost (0 without
-    a calibration). No report of the candidate's process enters it, so it is the least a call can be scored at."""
+    """The median call by the evaluator's clock alone: each call's window less the protocol's typical cost, less the
+    protocol's own spread in the calibration (its typical cost less its low quantile); 0 without a calibration.
+
+    No report of the candidate's process enters it, so it is the least a call can be scored at. The spread is the
+    allowance that the fixed slack was, measured instead of assumed: on a 2-core cpu machine the protocol's cost
+    varied by ~0.1 ms a call (median 0.35 ms), and an honest kernel's median window came out that much longer than the
+    calibration's in about half of the judgings. What a forgery can still gain is that spread, measured before its
+    code was loaded."""
     if overhead is None or not evidence.begin_ns:
         return 0.0
+    spread = max(0.0, overhead.typical_ms - overhead.window_ms)
     windows = [(e - b) / 1e6 - overhead.typical_ms for b, e in zip(evidence.begin_ns, evidence.end_ns)]
-    return max(0.0, statistics.median(windows))
+    return max(0.0, statistics.median(windows) - spread)
 
 
 def corroborate(evidence: TimingEvidence, overhead: Overhead | None, slack_ms: float, tolerance: float) -> str:

@@ -96,10 +96,12 @@ def test_reporting_most_calls_short_does_not_lower_the_median_that_scores():
     assert sorted(vouched)[10] == pytest.approx(0.8)
 
 
-def test_the_evaluators_own_figure_is_the_median_window_less_the_typical_cost():
-    # windows 1.2, 1.4, 3.0 ms; typical protocol cost 0.3 ms: 0.9, 1.1, 2.7 -> median 1.1 (reports play no part)
+def test_the_evaluators_own_figure_is_the_median_window_less_the_typical_cost_and_its_spread():
+    # windows 1.2, 1.4, 3.0 ms; typical protocol cost 0.3 ms: 0.9, 1.1, 2.7 -> median 1.1 (reports play no part),
+    # less the calibration's spread (typical 0.3 - low 0.2 = 0.1): 1.0
     ev = evidence([0.001] * 3, [1.2, 1.4, 3.0], gap=1.0)
-    assert clock_ms(ev, Overhead(0.2, 0.3)) == pytest.approx(1.1)
+    assert clock_ms(ev, Overhead(0.2, 0.3)) == pytest.approx(1.0)
+    assert clock_ms(ev, Overhead(0.3, 0.3)) == pytest.approx(1.1)  # no spread, no allowance
     assert clock_ms(ev, None) == 0.0  # no calibration, no figure
     assert clock_ms(evidence([0.0] * 3, [0.1] * 3, gap=1.0), Overhead(0.2, 0.3)) == 0.0  # never below 0
 
