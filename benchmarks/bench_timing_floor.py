@@ -12,7 +12,6 @@ the honest relu's in the same judging (what forging bought).
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import sys
 import tempfile
@@ -21,22 +20,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save, raise_share  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, runs  # noqa: E402
 from kevin.tasks.loader import find_task, load_tasks  # noqa: E402
 from tests.conftest import RELU_BODY, cpp_solution  # noqa: E402
 from tests.evaluation.hostile import NO_INTEGRITY, SHORT_CPU_TIMER, native  # noqa: E402
 from tests.evaluation.test_sandbox_cpu import RELAXED  # noqa: E402
-
-
-def raise_share(warnings: list[str], runtime_ms: float) -> float:
-    """How much longer a correct kernel was scored than its reported median, as a share of that median."""
-    for w in warnings:
-        found = re.match(r"scored at [0-9.]+ ms a call, ([0-9.]+) ms more", w)
-        if found:
-            more = float(found.group(1))
-            return more / max(runtime_ms - more, 1e-9)
-    return 0.0
 
 
 def main() -> None:
@@ -66,7 +55,7 @@ def main() -> None:
                 for t, _ in honest:
                     r = results[t.task_id]
                     if r.correct:
-                        shares[mode].append(raise_share(r.warnings, r.runtime_ms))
+                        shares[mode].append(raise_share(r.warnings))
                 good, bad = results["honest relu"], results["forged relu"]
                 if good.correct:
                     forgery[mode].append(bad.speedup / good.speedup if bad.correct else 0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -11,3 +12,14 @@ def print_and_save(text: str, out: str) -> None:
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)
+
+
+def raise_share(warnings: list[str]) -> float:
+    """How much longer a correct kernel was scored than its reported median, as a share of that median (0 if it was
+    scored as reported), from the evaluator's "scored at X ms a call, Y ms more ..." warning (runs.py)."""
+    for w in warnings:
+        found = re.match(r"scored at ([0-9.]+) ms a call, ([0-9.]+) ms more", w)
+        if found:
+            scored, more = float(found.group(1)), float(found.group(2))
+            return more / max(scored - more, 1e-9)
+    return 0.0

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import re
 import statistics
 import sys
 import threading
@@ -95,6 +94,7 @@ def main() -> None:
     unknown = [n for n in names if n not in NEIGHBOURS or (args.backend == "cpu" and n.startswith("gpu"))]
     if unknown:
         ap.error(f"unknown neighbour(s) for {args.backend}: {', '.join(unknown)}")
+    from benchmarks.common import raise_share
     from kevin.evaluation import EvalConfig, Evaluator
     from kevin.records.evaluation import Candidate
     from kevin.tasks.loader import find_task, load_tasks
@@ -131,16 +131,6 @@ def main() -> None:
                   f"correct {correct / max(judged, 1):.2f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
             for line in excess[:6]:
                 print("    ", line)
-
-
-def raise_share(warnings: list[str]) -> float:
-    """How much longer a correct kernel was scored than it reported, as a share of the reported median (0 if not)."""
-    for w in warnings:
-        found = re.match(r"scored at ([0-9.]+) ms a call, ([0-9.]+) ms more", w)
-        if found:
-            scored, more = float(found.group(1)), float(found.group(2))
-            return more / max(scored - more, 1e-9)
-    return 0.0
 
 
 if __name__ == "__main__":
