@@ -26,10 +26,13 @@ from kevin.tasks.task import Task
 
 __all__ = ["ADAPTER_CONFIG", "CONCISE_REASONING", "CONCISE_SUMMARY", "MODEL_DIR", "is_adapter", "merge_adapter", "SFTConfig", "answer_tokens", "concise_solution_path",
            "concise_tasks", "example_tokens", "fit_examples", "reasoning_text", "sft_examples", "sft_model_dir",
-           "summary_text", "run_sft", "second_turn_messages"]
+           "summary_text", "run_sft", "second_turn_messages", "rejected_first_attempt", "SECOND_TURN_AFTER"]
 
 MODEL_DIR = "model"
 """The fine-tuned model's folder inside ``sft.output_dir``."""
+
+SECOND_TURN_AFTER = ("correct", "failed", "both")
+"""The first attempts a second-turn example may follow (``SFTConfig.second_turn_after``)."""
 
 ADAPTER_CONFIG = "adapter_config.json"
 """peft's file in an adapter folder: a warm start saved with ``sft.lora`` (``is_adapter``)."""
@@ -77,6 +80,14 @@ class SFTConfig(Settings):
     prompts, and a policy warm-started on them wrote second turns that ran to the response limit or could not be
     parsed (the H200's third run: 0.94 of second-turn answers unparseable by its sixth GRPO step)."""
 
+    second_turn_after: str = "correct"
+    """What the first attempt of each second-turn example (``second_turn``) was. "correct": the same kernel, correct at
+    1.00x, so the policy learns to keep a working kernel whole; warm-started on these alone, the third run's policy
+    copied its first turn token for token in 106 of its first 128 second turns, after compile errors too. "failed":
+    the task's own PyTorch code as ``ModelNew``, refused by the static rules with their feedback (what a policy
+    that writes no kernel is told), so the answer is a kernel written after a failure. "both": one of each per
+    task."""
+
     fit_response_limit: bool = True
     """Leave out the examples whose answer (with its end-of-sequence token) is longer than the run's
     ``max_response_tokens``: the policy could never finish them in a rollout."""
@@ -113,6 +124,9 @@ class SFTConfig(Settings):
             raise ValueError(f"sft.data must be a folder (or \"\" for the bundled references), got {self.data!r}")
         if not isinstance(self.second_turn, bool):
             raise ValueError(f"sft.second_turn must be true or false, got {self.second_turn!r}")
+        if self.second_turn_after not in SECOND_TURN_AFTER:
+            raise ValueError(f"sft.second_turn_after must be one of {', '.join(SECOND_TURN_AFTER)}, "
+                             f"got {self.second_turn_after!r}")
         if not isinstance(self.fit_response_limit, bool):
             raise ValueError(f"sft.fit_response_limit must be true or false, got {self.fit_response_limit!r}")
         if not isinstance(self.lora, bool):
@@ -189,13 +203,16 @@ def concise_tasks(tasks: Sequence[Task], backend: str, data_dir: str | Path) -> 
 
 def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", system_prompt: str = "",
                  include_example: bool = True, prompt_style: str = "full",
-                 data_dir: str | Path | None = None, second_turn: bool = False) -> list[dict[str, Any]]:
+                 data_dir: str | Path | None = None, second_turn: bool = False,
+                 second_turn_after: str = "correct") -> list[dict[str, Any]]:
     """One conversational prompt-completion example per task: the first-turn messages the rollout sends
     (``prompt_style`` as ``rollout.prompt_style``), and the answer (reasoning, the solution in a ```python block,
     a summary). Without ``data_dir`` the solution is the task's bundled reference (FileNotFoundError naming the
     tasks without one); with it, the task's concise solution there and the one-line reasoning and summary
     (tasks without one are left out; FileNotFoundError if none has one). With ``second_turn`` each task also gets
-    the second turn's example (``second_turn_messages``) with the same answer, right after its first."""
+    the second turn's example (``second_turn_messages``) with the same answer, right after its first: after a
+    correct first attempt, a refused one (``rejected_first_attempt``), or both in that order
+    (``second_turn_after``)."""
     from kevin.rollout.prompts import PromptBuilder
     from kevin.rollout.replay import replay_response
     from kevin.tasks import bundled_solution_path
@@ -220,23 +237,54 @@ def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", syst
         answer = f"{reasoning}\n\n{replay_response(path.read_text(encoding='utf-8'), summary)}"
         completion = [{"role": "assistant", "content": answer}]
         examples.append({"prompt": builder.messages(task, []), "completion": completion, "task_id": task.task_id})
-        if second_turn:
-            source = path.read_text(encoding="utf-8")
-            examples.append({"prompt": second_turn_messages(builder, task, source, summary),
+        if not second_turn:
+            continue
+        firsts = []
+        if second_turn_after in ("correct", "both"):
+            firsts.append((path.read_text(encoding="utf-8"), summary, None))
+        if second_turn_after in ("failed", "both"):
+            firsts.append(rejected_first_attempt(task, backend, profile))
+        for source, said, judged in firsts:
+            examples.append({"prompt": second_turn_messages(builder, task, source, said, judged),
                              "completion": [dict(m) for m in completion], "task_id": task.task_id, "turn": 1})
     return examples
 
 
-def second_turn_messages(builder: Any, task: Task, source: str, summary: str) -> list[dict[str, str]]:
-    """The messages of a task's second turn after a first attempt that was ``source`` with ``summary``, judged
-    correct at 1.00x: the context a warm-started policy meets most often in its second turn (its memorised kernel,
-    correct), in the rollout's own wording (``PromptBuilder``, ``feedback_line``)."""
+def second_turn_messages(builder: Any, task: Task, source: str, summary: str, judged: Any = None) -> list[dict[str, str]]:
+    """The messages of a task's second turn after a first attempt that was ``source`` with ``summary`` and the verdict
+    ``judged`` (an ``EvalResult``; None: correct at 1.00x, the context a warm-started policy meets most often, its
+    memorised kernel), in the rollout's own wording (``PromptBuilder``, ``feedback_line``)."""
     from kevin.records.evaluation import EvalResult, Status
     from kevin.records.verdicts import feedback_line
     from kevin.rollout.prompts import Attempt
 
-    judged = EvalResult(task_id=task.task_id, candidate_id="warm-start", status=Status.CORRECT, speedup=1.0)
+    if judged is None:
+        judged = EvalResult(task_id=task.task_id, candidate_id="warm-start", status=Status.CORRECT, speedup=1.0)
     return builder.messages(task, [Attempt(turn=0, kernel=source, summary=summary, feedback=feedback_line(judged))])
+
+
+REJECTED_SUMMARY = "PyTorch's own operations compute the outputs."
+"""The summary of the refused first attempt (``rejected_first_attempt``): what that code does."""
+
+
+def rejected_first_attempt(task: Task, backend: str, profile: str = "") -> tuple[str, str, Any]:
+    """A first attempt that writes no kernel: (its source, its summary, its verdict). The source is the task's own
+    PyTorch code with ``Model`` renamed ``ModelNew``, judged by the static rules as the evaluator judges it (a rule
+    violation; ValueError if the rules let it through, which would mean they no longer refuse a copy of the
+    reference)."""
+    import re
+
+    from kevin.evaluation.rules import load_rules, static_hits
+    from kevin.records.evaluation import EvalResult, Status
+
+    reference = task.render(profile) if profile else task.render()
+    source = re.sub(r"\bModel\b", "ModelNew", reference)
+    hits = static_hits(source, backend, load_rules(), reference)
+    if not hits:
+        raise ValueError(f"the static rules let {task.task_id}'s own code through as ModelNew")
+    return source, REJECTED_SUMMARY, EvalResult(task_id=task.task_id, candidate_id="warm-start",
+                                                status=Status.RULE_VIOLATION, backend=backend, rule_id=hits[0].rule_id,
+                                                error=hits[0].describe())
 
 
 def answer_tokens(tokenizer: Any, example: dict[str, Any]) -> int:
@@ -271,7 +319,8 @@ def warm_start_examples(config: Any, tasks: Sequence[Task], tokenizer: Any) -> t
     ``sft.max_length`` in all); and {task id: tokens} of those left out."""
     examples = sft_examples(tasks, config.backend, profile=config.profile, system_prompt=config.rollout.system_prompt,
                             include_example=config.rollout.include_example, prompt_style=config.rollout.prompt_style,
-                            data_dir=config.sft.data or None, second_turn=config.sft.second_turn)
+                            data_dir=config.sft.data or None, second_turn=config.sft.second_turn,
+                            second_turn_after=config.sft.second_turn_after)
     if config.sft.second_turn:
         # A second turn's prompt holds the first attempt too; one longer than sft.max_length would lose the end of
         # its answer to the trainer's cut, and teach the very run-on answer these examples are there to prevent.

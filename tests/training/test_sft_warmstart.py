@@ -112,6 +112,42 @@ def test_second_turn_examples_follow_a_correct_first_attempt_with_the_same_whole
         assert parse_response(two["completion"][0]["content"]).kernel.strip() == source.strip()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_turn_examples_can_follow_a_refused_first_attempt(suite, backend):
+    """``second_turn_after``: "failed" answers the task's own PyTorch code as ModelNew, refused by the static rules
+    with the feedback the rollout shows, with the concise kernel; "both" gives the correct and the refused context."""
+    from kevin.training.sft import rejected_first_attempt, sft_examples
+
+    tasks = list(suite.values())
+    first = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA)
+    failed = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA, second_turn=True,
+                          second_turn_after="failed")
+    both = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA, second_turn=True, second_turn_after="both")
+    correct = sft_examples(tasks, backend, prompt_style="compact", data_dir=DATA, second_turn=True)
+    assert failed[0::2] == first and both[0::3] == first
+    assert both[1::3] == correct[1::2] and both[2::3] == failed[1::2]
+    for one, two in zip(failed[0::2], failed[1::2]):
+        task = suite[one["task_id"]]
+        assert two["turn"] == 1 and two["completion"] == one["completion"]
+        user = two["prompt"][-1]["content"]
+        lazy, said, judged = rejected_first_attempt(task, backend)
+        assert "class ModelNew(" in lazy and "class Model(" not in lazy
+        assert lazy.strip() in user and f"Your summary: {said}" in user  # the refused attempt is shown whole
+        assert judged.status.value == "rule_violation" and judged.rule_id == "reference_inheritance"
+        assert "Result: Your kernel broke a rule and scores 0 [reference_inheritance]:" in user
+        assert "ModelNew.forward is a copy of the reference forward" in user
+        assert "runs at 1.00x" not in user
+
+
+def test_second_turn_after_takes_only_its_three_values():
+    from kevin.training.sft import SFTConfig
+
+    assert SFTConfig().second_turn_after == "correct"
+    assert SFTConfig(second_turn_after="both").second_turn_after == "both"
+    with pytest.raises(ValueError, match="second_turn_after must be one of correct, failed, both"):
+        SFTConfig(second_turn_after="wrong")
+
+
 class TemplateTokenizer(WordTokenizer):
     """Words as tokens, through a chat template that joins the messages."""
 
@@ -217,9 +253,11 @@ def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
     assert (REPO / run.sft.prebuilt / "model" / "adapter_model.safetensors").stat().st_size > 1_000_000
 
 
-def test_the_h200_third_runs_warm_start_keeps_every_second_turn_whole(suite):
-    """configs/h200_learn_rest.yaml trains each answer also as a second turn; its sft.max_length must hold the
-    longest of them with SmolLM2's tokenizer, or the second turns it exists for would be left out."""
+@pytest.mark.parametrize("config, per_task", [("h200_learn_rest.yaml", 1), ("h200_learn_turns.yaml", 2)])
+def test_the_h200_runs_warm_starts_keep_every_second_turn_whole(suite, config, per_task):
+    """configs/h200_learn_rest.yaml trains each answer also as a second turn (h200_learn_turns.yaml twice: after a
+    correct and after a refused first attempt); sft.max_length must hold the longest of them with SmolLM2's
+    tokenizer, or the second turns they exist for would be left out."""
     from kevin.config import RunConfig
     from kevin.experiment.splits import split_side
     from kevin.training.sft import example_tokens, warm_start_examples
@@ -234,10 +272,11 @@ def test_the_h200_third_runs_warm_start_keeps_every_second_turn_whole(suite):
 
     tokenizer = AutoTokenizer.from_pretrained(str(folder))
     run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml",
-                                REPO / "configs" / "h200_learn_rest.yaml"])
+                                REPO / "configs" / config])
     assert run.sft.second_turn and run.backend == "cuda"
     kept, dropped = warm_start_examples(run, split_side(run, "", "train"), tokenizer)
     firsts = [e["task_id"] for e in kept if not e.get("turn")]
-    assert [e["task_id"] for e in kept if e.get("turn")] == firsts and len(firsts) >= 20
+    seconds = [e["task_id"] for e in kept if e.get("turn")]
+    assert seconds == [t for t in firsts for _ in range(per_task)] and len(firsts) >= 20
     assert not any(k.endswith("(turn 2)") for k in dropped), dropped
     assert max(example_tokens(tokenizer, kept)) <= run.sft.max_length
