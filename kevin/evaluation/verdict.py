@@ -105,9 +105,9 @@ def clock_ms(evidence: TimingEvidence, overhead: Overhead | None) -> float:
 
     No report of the candidate's process enters it, so it is the least a call can be scored at. The spread is the
     allowance that the fixed slack was, measured instead of assumed: on a 2-core cpu machine the protocol's cost
-    varied by ~0.1 ms a call (median 0.35 ms), and an honest kernel's median window came out that much longer than the
-    calibration's in about half of the judgings. What a forgery can still gain is that spread, measured before its
-    code was loaded."""
+    varied by ~0.1 ms a call (median 0.35 ms), and without this allowance every honest level-1 kernel judged there
+    was scored 0.05-0.14 ms slower than it reported (``benchmarks/bench_timing_floor.py``). What a forgery can still
+    gain is that spread, measured before its code was loaded."""
     if overhead is None or not evidence.begin_ns:
         return 0.0
     spread = max(0.0, overhead.typical_ms - overhead.window_ms)
