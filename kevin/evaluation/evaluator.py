@@ -47,7 +47,7 @@ from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
 from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status
-from kevin.records.verdicts import parse_error_verdict
+from kevin.records.verdicts import parse_error_verdict, rule_violation_verdict
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
@@ -284,8 +284,8 @@ class Evaluator:
             return self._finish(result, start)
         hits = static_hits(candidate.source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
         if hits:
-            return self._finish(EvalResult(task_id=task.task_id, candidate_id=candidate.key, backend=self.config.backend,
-                                           status=Status.RULE_VIOLATION, rule_id=hits[0].rule_id, error=hits[0].describe()), start)
+            return self._finish(rule_violation_verdict(task.task_id, candidate.key, hits[0].rule_id, hits[0].describe(),
+                                                      self.config.backend), start)
         return None
 
     def _finish(self, result: EvalResult, start: float) -> EvalResult:

@@ -44,3 +44,12 @@ def parse_error_verdict(task_id: str, candidate_id: str, error: str, backend: st
                         error=error)
     result.feedback = feedback_line(result)
     return result
+
+
+def rule_violation_verdict(task_id: str, candidate_id: str, rule_id: str, error: str, backend: str = "cpu") -> EvalResult:
+    """The verdict on a solution a static rule refused (score 0), feedback included: ``rule_id`` and ``error`` as
+    the rule's hit words them (``RuleHit.rule_id``, ``RuleHit.describe()``)."""
+    result = EvalResult(task_id=task_id, candidate_id=candidate_id, status=Status.RULE_VIOLATION, backend=backend,
+                        rule_id=rule_id, error=error)
+    result.feedback = feedback_line(result)
+    return result

@@ -234,14 +234,15 @@ def sft_examples(tasks: Sequence[Task], backend: str, *, profile: str = "", syst
                  for t in tasks]
     examples = []
     for task, path, reasoning, summary in pairs:
-        answer = f"{reasoning}\n\n{replay_response(path.read_text(encoding='utf-8'), summary)}"
+        source = path.read_text(encoding="utf-8")
+        answer = f"{reasoning}\n\n{replay_response(source, summary)}"
         completion = [{"role": "assistant", "content": answer}]
         examples.append({"prompt": builder.messages(task, []), "completion": completion, "task_id": task.task_id})
         if not second_turn:
             continue
         firsts = []
         if second_turn_after in ("correct", "both"):
-            firsts.append((path.read_text(encoding="utf-8"), summary, None))
+            firsts.append((source, summary, None))
         if second_turn_after in ("failed", "both"):
             firsts.append(rejected_first_attempt(task, backend, profile))
         for source, said, judged in firsts:
@@ -275,16 +276,15 @@ def rejected_first_attempt(task: Task, backend: str, profile: str = "") -> tuple
     import re
 
     from kevin.evaluation.rules import load_rules, static_hits
-    from kevin.records.evaluation import EvalResult, Status
+    from kevin.records.verdicts import rule_violation_verdict
 
     reference = task.render(profile) if profile else task.render()
     source = re.sub(r"\bModel\b", "ModelNew", reference)
     hits = static_hits(source, backend, load_rules(), reference)
     if not hits:
         raise ValueError(f"the static rules let {task.task_id}'s own code through as ModelNew")
-    return source, REJECTED_SUMMARY, EvalResult(task_id=task.task_id, candidate_id="warm-start",
-                                                status=Status.RULE_VIOLATION, backend=backend, rule_id=hits[0].rule_id,
-                                                error=hits[0].describe())
+    return source, REJECTED_SUMMARY, rule_violation_verdict(task.task_id, "warm-start", hits[0].rule_id,
+                                                            hits[0].describe(), backend)
 
 
 def answer_tokens(tokenizer: Any, example: dict[str, Any]) -> int:
