@@ -7,7 +7,7 @@ import torch
 
 from kevin.evaluation.build_sources import ExtensionRequest, RequestError, registration
 from kevin.evaluation.builder import CompileFailure, build_extension, find_library
-from kevin.evaluation.headers import fallback_needed
+from kevin.evaluation.headers import cuda_header_names, fallback_needed
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.rules import load_rules
 from kevin.evaluation.symbols import library_hits
@@ -52,6 +52,39 @@ def test_the_full_headers_decide_only_for_names_the_narrow_ones_lack():
     assert fallback_needed('cuda.cu(7): error: identifier "conv2d" is undefined', full_only)
     assert not fallback_needed("main.cpp:9:12: error: \u2018y\u2019 was not declared in this scope", full_only)
     assert not fallback_needed("main.cpp:9:12: error: expected \u2018;\u2019 before \u2018}\u2019 token", full_only)
+
+
+CUDA_H_EXCERPT = r"""
+/**
+ * \file cuda.h
+ * \brief Header file for the CUDA Toolkit application programming interface. If h is given, L bytes are copied.
+ */
+#define CUDA_VERSION 13000
+#define CU_LAUNCH_PARAM_END ((void*)0x00)
+typedef int CUdevice; // C handle
+typedef enum CUjit_option_enum { CU_JIT_MAX_REGISTERS = 0 } CUjit_option;
+typedef unsigned long long cuuint64_t;
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize); /* see "Memory Management" */
+CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) __attribute__((deprecated("use x")));
+extern "C" { const unsigned long long mask = 0x10UL; }
+"""
+
+
+def test_cuda_h_contributes_the_names_it_declares_not_its_prose():
+    """A failed cuda build goes on to the full headers only when a name the errors quote is one they declare. cuda.h's
+    comments once counted: any one-letter variable a policy forgot ("h", "L") sent its failed build through the full
+    headers too, twice the compile time (35 s instead of 15-20 s on the H100), for the same errors."""
+    names = cuda_header_names(CUDA_H_EXCERPT)
+    for declared in ("CUDA_VERSION", "CU_LAUNCH_PARAM_END", "CUdevice", "CUjit_option", "CU_JIT_MAX_REGISTERS",
+                     "cuuint64_t", "cuMemAlloc", "cuCtxSetLimit", "CUDAAPI"):
+        assert declared in names, declared
+    for prose in ("h", "L", "C", "UL", "brief", "Toolkit", "bytes", "copied", "handle", "Memory", "Management", "use"):
+        assert prose not in names, prose
+    # Kept on the cautious side: a prototype's parameter names stay (a needless fallback costs seconds, a missed one
+    # would refuse an honest kernel).
+    assert {"dptr", "bytesize", "limit"} <= names
+    assert not fallback_needed('cuda.cu(12): error: identifier "L" is undefined', names)
+    assert fallback_needed('cuda.cu(3): error: identifier "cuMemAlloc" is undefined', names)
 
 
 SIGNATURES = r"""
