@@ -17,8 +17,8 @@ from kevin.evaluation.toolchain import (CUDA_LITE, GLUE_OBJECT, GLUE_SOURCE, LIT
 from kevin.records.target import KernelTarget
 
 FULL_ONLY = "full_only_identifiers.v2.txt"
-"""The listing of ``ensure_full_only``, in the header folder (v2: cuda.h's prose left out; an older listing in a
-kept cache folder is not read, so it is made again once)."""
+"""The listing of ``ensure_full_only``, in the header folder (v2: cuda.h's prose and the names the narrow headers
+declare too left out; an older listing in a kept cache folder is not read, so it is made again once)."""
 
 _OPS_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*<ATen/ops/(\w+)\.h>[ \t]*$", re.M)
 _INCLUDE_LINE = re.compile(r"^[ \t]*#[ \t]*(?:include\b|pragma[ \t]+once)[^\n]*$", re.M)
@@ -144,10 +144,12 @@ def ensure_full_only(toolchain: Toolchain) -> None:
     ``fallback_needed`` (``load_full_only`` reads the listing back)."""
     listing = Path(toolchain.pch_dir) / FULL_ONLY
     if not listing.exists():
-        full_only = _identifiers(toolchain, False) - _identifiers(toolchain, True)
+        full = _identifiers(toolchain, False)
         if KernelTarget.parse(toolchain.backend).is_gpu:
-            full_only |= _cuda_header_identifiers(toolchain)
-        write_replacing(listing, "\n".join(sorted(full_only)))
+            full |= _cuda_header_identifiers(toolchain)
+        # A name the narrow headers declare too (a keyword, a type: "float" in `argument of type "float *"`) is not
+        # one they lack, wherever else it appears.
+        write_replacing(listing, "\n".join(sorted(full - _identifiers(toolchain, True))))
 
 
 def _cuda_header_identifiers(toolchain: Toolchain) -> set[str]:

@@ -16,6 +16,7 @@ import pytest
 from kevin.evaluation.build_sources import ExtensionRequest, kernel_names
 from kevin.evaluation.builder import MAX_COMPILE_JOBS, compile_objects, prepare_headers
 from kevin.evaluation.config import EvalConfig
+from kevin.evaluation.headers import fallback_needed, load_full_only
 from kevin.evaluation.rules import load_rules
 from kevin.evaluation.symbols import library_hits
 from kevin.evaluation.toolchain import Toolchain
@@ -48,6 +49,25 @@ def cuda_toolchain(tmp_path_factory):
         toolchain = Toolchain.detect("cuda", str(tmp_path_factory.mktemp("cuda-headers")))
         assert prepare_headers(toolchain) == ""
         yield toolchain
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_a_failed_cuda_build_goes_to_the_full_headers_only_for_a_name_they_alone_declare(cuda_toolchain):
+    """The listing ``fallback_needed`` reads, on the cuda toolchain: cuda.h's functions and macros are in it; a
+    keyword or type the narrow headers declare too is not, nor one-letter names. Before, every word of cuda.h was in
+    it, so the commonest failed builds of a training run (`argument of type "float *"`, `identifier "h" is
+    undefined`) were compiled a second time against the full headers, for the same errors (32 s against 6 s on an
+    H100, docs/gpu_runs.md)."""
+    full_only = load_full_only(cuda_toolchain)
+    assert full_only is not None
+    assert {"cuMemAlloc", "cuLaunchKernel", "CUDA_VERSION", "CU_LAUNCH_PARAM_END"} <= full_only
+    assert not {"int", "float", "double", "const", "unsigned", "size_t", "at", "Tensor"} & full_only
+    assert not {name for name in full_only if len(name) == 1} - {"P"}  # "P": a name of the full torch headers' own
+    assert not fallback_needed('cuda.cu(10): error: argument of type "float *" is incompatible with parameter of '
+                               'type "int"', full_only)
+    assert not fallback_needed('cuda.cu(4): error: identifier "h" is undefined', full_only)
+    assert fallback_needed('cuda.cu(3): error: identifier "cuMemAlloc" is undefined', full_only)
 
 
 @pytest.mark.slow
