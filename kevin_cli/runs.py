@@ -168,3 +168,5 @@ def sft_cmd(
     write_json(out / "sft.json", {"enabled": True, **metrics})
     typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, "
                f"loss {metrics['train_loss']:.4f}; model in {out / 'model'}")
+    for row in metrics.get("per_epoch", []):
+        typer.echo("  epoch " + ", ".join(f"{k} {v:g}" for k, v in row.items() if k != "epoch") + f" ({row['epoch']})")

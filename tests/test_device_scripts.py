@@ -44,3 +44,44 @@ def test_files_are_shared_first_fit_largest_first():
     assert carry.plan({"a": 40, "b": 30, "c": 25, "d": 10}, 60) == [["a", "d"], ["b", "c"]]
     with pytest.raises(SystemExit, match="split it"):
         carry.plan({"big": 61}, 60)
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_answer_forks_counts_the_tokens_that_were_choices(tmp_path):
+    """scripts/answer_forks.py: per answer, tokens, tokens sampled below p 0.9 and 0.5, and the answer's NLL."""
+    import json
+    import math
+
+    forks = _script("answer_forks")
+    answers = [[math.log(0.95), math.log(0.8), math.log(0.4)], [0.0]]
+    figures = forks.fork_figures(answers)
+    assert figures["tokens"] == 2.0
+    assert figures["p<0.9"] == 1.0  # 0.8 and 0.4 in the first answer, none in the second: 2 over 2 answers
+    assert figures["p<0.5"] == 0.5  # 0.4 only
+    assert math.isclose(figures["nll"], -(math.log(0.95) + math.log(0.8) + math.log(0.4)) / 2)
+    step = tmp_path / "steps" / "step_000003"
+    step.mkdir(parents=True)
+    (step / "samples.jsonl").write_text("".join(json.dumps({"old_logprobs": lp}) + "\n" for lp in answers))
+    assert [s["old_logprobs"] for s in forks.read_samples(step)] == answers
+
+
+def test_sample_spread_reads_each_tasks_newest_first_turn_prompt(tmp_path):
+    import json
+
+    spread = _script("sample_spread")
+    for step, prompt in (("step_000000", [1, 2]), ("step_000004", [3, 4])):
+        folder = tmp_path / "steps" / step
+        folder.mkdir(parents=True)
+        rows = [{"task_id": "level1/02_gelu", "turn": 0, "prompt_token_ids": prompt},
+                {"task_id": "level1/02_gelu", "turn": 1, "prompt_token_ids": [9]}]
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert spread.first_turn_prompts(tmp_path, ["level1/02_gelu"]) == {"level1/02_gelu": [3, 4]}
+    with pytest.raises(SystemExit, match="level1/03_sigmoid"):
+        spread.first_turn_prompts(tmp_path, ["level1/02_gelu", "level1/03_sigmoid"])
+    assert spread.load_inline_arguments("raise RuntimeError('broken answer')") is None

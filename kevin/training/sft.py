@@ -411,4 +411,22 @@ def run_sft(config: SFTConfig, model: Any, tokenizer: Any, examples: Sequence[di
     folder = out_dir / MODEL_DIR
     trainer.model.save_pretrained(str(folder))  # with sft.lora a PeftModel: the adapter alone
     tokenizer.save_pretrained(str(folder))
-    return {"train_loss": float(result.training_loss), "steps": int(result.global_step), "examples": len(examples)}
+    return {"train_loss": float(result.training_loss), "steps": int(result.global_step), "examples": len(examples),
+            "per_epoch": epoch_figures(trainer.state.log_history)}
+
+
+def epoch_figures(log_history: Sequence[dict[str, Any]]) -> list[dict[str, float]]:
+    """TRL's per-step log (loss, the policy's mean entropy on the answers' tokens, token accuracy) as one mean per
+    epoch. The entropy at the end says how much the warm start leaves RL to choose between: a warm start that learnt
+    its answers by heart (entropy ~0) gives GRPO groups of identical answers (docs/learning.md, "Steps 9-15")."""
+    buckets: dict[int, dict[str, list[float]]] = {}
+    for row in log_history:
+        if "loss" not in row or "epoch" not in row:
+            continue  # the run's closing summary (train_loss, runtime) has no per-step figures
+        epoch = max(1, math.ceil(float(row["epoch"]) - 1e-9))
+        bucket = buckets.setdefault(epoch, {})
+        for key, name in (("loss", "loss"), ("entropy", "entropy"), ("mean_token_accuracy", "token_accuracy")):
+            if key in row:
+                bucket.setdefault(name, []).append(float(row[key]))
+    return [{"epoch": epoch, **{name: round(sum(v) / len(v), 4) for name, v in bucket.items()}}
+            for epoch, bucket in sorted(buckets.items())]

@@ -89,6 +89,10 @@ def test_sft_trainer_makes_the_answers_likelier_and_the_run_loads_its_model(task
     config = SFTConfig(enabled=True, output_dir=str(tmp_path / "sft"), epochs=3.0, lr=1.0e-3)
     metrics = run_sft(config, model, tokenizer, examples, tmp_path / "sft")
     assert metrics["examples"] == 2 and metrics["steps"] == 6  # 2 examples, batch 1, 3 epochs
+    per_epoch = metrics["per_epoch"]
+    assert [row["epoch"] for row in per_epoch] == [1, 2, 3]
+    assert all({"loss", "entropy", "token_accuracy"} <= set(row) for row in per_epoch), per_epoch
+    assert per_epoch[-1]["loss"] < per_epoch[0]["loss"], per_epoch
     saved = sft_model_dir(config)
     assert saved == tmp_path / "sft" / "model"
     trained = AutoModelForCausalLM.from_pretrained(saved).eval()
@@ -220,3 +224,22 @@ def test_a_prebuilt_warm_start_is_reused_only_when_its_fingerprint_is_this_one(t
     metrics, why = reuse_prebuilt(config, fingerprint, out)
     assert why == "" and metrics == {**record, "prebuilt": str(pre)}
     assert (out / "model" / "adapter_config.json").read_text() == "{}"
+
+
+def test_the_warm_starts_log_is_summed_up_per_epoch():
+    """`kevin sft` reports the warm start's loss, entropy and token accuracy per epoch (the mean of TRL's per-step
+    log): the entropy at the end says how much the warm start left RL to choose between."""
+    from kevin.training.sft import epoch_figures
+
+    log = [
+        {"loss": 2.0, "entropy": 1.5, "mean_token_accuracy": 0.5, "epoch": 0.5},
+        {"loss": 1.0, "entropy": 0.5, "mean_token_accuracy": 0.7, "epoch": 1.0},
+        {"loss": 0.4, "entropy": 0.2, "mean_token_accuracy": 0.9, "epoch": 1.5},
+        {"loss": 0.2, "epoch": 2.0},  # a row without entropy counts for the loss only
+        {"train_loss": 0.9, "train_runtime": 3.0, "epoch": 2.0},  # TRL's closing summary: no per-step figures
+    ]
+    assert epoch_figures(log) == [
+        {"epoch": 1, "loss": 1.5, "entropy": 1.0, "token_accuracy": 0.6},
+        {"epoch": 2, "loss": 0.3, "entropy": 0.2, "token_accuracy": 0.9},
+    ]
+    assert epoch_figures([]) == []
