@@ -16,9 +16,11 @@
 # The run so far also has to outlive this CPU machine: a session's checkout is a fresh clone of the repository, and
 # an ignored folder does not survive it (the second run's checkpoint was lost that way). So the run's pack (what the
 # next machine needs) is committed, in runs/<run name>/run.tar.part-*. `prepare` unpacks it when .carry/full lacks
-# the run and moves it out of the working tree (to .carry/kept) while the calls are made: the tree travels with
-# every call, and 40 MiB of it would leave each call room for a few MiB of pieces. At the end of the device work,
-#   here:      bash scripts/gpu_learn.sh keep                 # the newest pack into runs/<run name>: commit it
+# the run and moves it out of the working tree (to .carry/kept; the other runs' packs to .carry/parked) while the
+# calls are made: the tree travels with every call, and 40 MiB of it would leave each call room for a few MiB of
+# pieces. At the end of the device work,
+#   here:      bash scripts/gpu_learn.sh keep                 # the newest pack into runs/<run name> (the other runs'
+#                                                             # back where they were): commit it
 #
 # Every call folder holds the same MANIFEST; a stage that finds a piece missing names the calls still to make.
 # `carried` lists what the machine holds so far (and runs the GPU tests named in TESTS). `train` passes SET (e.g.
@@ -136,6 +138,13 @@ case "$STAGE" in
       rm -rf .carry/kept && mkdir -p .carry/kept && mv "$KEEP"/run.tar.part-* .carry/kept/
       echo "$KEEP moved to .carry/kept while the calls are made: do not commit its deletion; 'keep' writes it back"
     fi
+    for other in runs/*/; do  # the other runs' committed packs too: each would take its size from every call
+      other=${other%/}
+      [ "$other" = "$KEEP" ] && continue
+      ls "$other"/run.tar.part-* >/dev/null 2>&1 || continue
+      mkdir -p ".carry/parked/$other" && mv "$other"/run.tar.part-* ".carry/parked/$other/"
+      echo "$other moved to .carry/parked while the calls are made: 'keep' (or git checkout -- $other) puts it back"
+    done
     if [ -d ".carry/full/$SFT" ] || [ -d ".carry/full/$RUN" ]; then
       # What the next machine needs: the warm start, the newest checkpoint (not the older ones), MLflow, the
       # evaluations, every step's summary and judged kernels (kernels.jsonl: `kevin learning` reads them), and the
@@ -155,6 +164,11 @@ case "$STAGE" in
     ;;
   keep)
     # Here, after the last `prepare RUN_BACK` of a session: the run's newest pack into the repository (commit it).
+    for other in .carry/parked/runs/*/; do  # the other runs' packs first, as committed
+      [ -d "$other" ] || continue
+      name=runs/$(basename "$other"); mkdir -p "$name" && mv "$other"run.tar.part-* "$name"/
+    done
+    rm -rf .carry/parked
     ls .carry/pieces/run.tar.part-* >/dev/null 2>&1 || { echo "no pack in .carry/pieces: run 'prepare [RUN_BACK]' first"; exit 1; }
     mkdir -p "$KEEP" && rm -f "$KEEP"/run.tar.part-* && cp .carry/pieces/run.tar.part-* "$KEEP"/ && rm -rf .carry/kept
     du -sh "$KEEP"; echo "commit $KEEP: the next session's checkout has only what the repository holds" ;;
