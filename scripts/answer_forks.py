@@ -46,15 +46,11 @@ def rescore(samples: list[dict], params: list[str], project_dir: str, checkpoint
     import torch
 
     from kevin.config import RunConfig
-    from kevin.experiment.policies import load_model
+    from kevin.experiment.policies import load_checkpoint_model
     from kevin.training.logprobs import sequence_logprobs
 
-    config = RunConfig.from_files(params)
-    model, tokenizer = load_model(config, project_dir)
-    if checkpoint:
-        from peft import PeftModel
-        model = PeftModel.from_pretrained(model, checkpoint)
-    model = model.float().eval()
+    model, tokenizer = load_checkpoint_model(RunConfig.from_files(params), Path(checkpoint) if checkpoint else None,
+                                             project_dir)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     out: dict[float, list[list[float]]] = {t: [] for t in temperatures}
     with torch.no_grad():
@@ -74,7 +70,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="with --model: answers per step to score again (0: all)")
     ap.add_argument("--params", action="append", default=[], help="the run's params files, to load its policy")
     ap.add_argument("--project-dir", default=".", help="where the run's sft.output_dir lies")
-    ap.add_argument("--checkpoint", help="an RL checkpoint's adapter folder (checkpoints/step_N/model)")
+    ap.add_argument("--checkpoint", help="an RL checkpoint (checkpoints/step_N) merged into the run's starting model")
     ap.add_argument("--temperature", type=float, action="append", default=[], help="temperatures to score at")
     args = ap.parse_args()
     steps = sorted((args.run_dir / "steps").glob("step_*"))

@@ -8,7 +8,7 @@ temperature, and writes every answer to --out for a look at what differs.
 
     python scripts/sample_spread.py outputs/h200-learn-rest --tasks level1/02_gelu,level1/25_maxpool2d \\
         --temperatures 1.0,0.7 --params params.yaml --params configs/h200_learn.yaml \\
-        --params configs/h200_learn_rest.yaml --checkpoint outputs/h200-learn-rest/checkpoints/step_000014/model
+        --params configs/h200_learn_rest.yaml --checkpoint outputs/h200-learn-rest/checkpoints/step_000014
 
 ~1 minute per task and temperature at 4 answers of up to 512 tokens on 2 cores.
 """
@@ -63,7 +63,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512)
     ap.add_argument("--params", action="append", required=True, help="the run's params files, to load its policy")
     ap.add_argument("--project-dir", default=".", help="where the run's sft.output_dir lies")
-    ap.add_argument("--checkpoint", help="an RL checkpoint's adapter folder (checkpoints/step_N/model)")
+    ap.add_argument("--checkpoint", type=Path,
+                    help="an RL checkpoint (checkpoints/step_N) merged into the run's starting model")
     ap.add_argument("--out", type=Path, default=Path("outputs/sample_spread.jsonl"))
     args = ap.parse_args()
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
@@ -72,18 +73,14 @@ def main() -> None:
     from kevin.evaluation.build_sources import ExtensionRequest
     from kevin.evaluation.builder import compile_objects, prepare_headers
     from kevin.evaluation.toolchain import Toolchain
-    from kevin.experiment.policies import load_model
+    from kevin.experiment.policies import load_checkpoint_model
     from kevin.policy.config import SamplingConfig
     from kevin.policy.hf import HFPolicy
     from kevin.rollout.parsing import parse_response
 
     tasks = args.tasks.split(",")
     prompts = first_turn_prompts(args.run_dir, tasks)
-    model, tokenizer = load_model(RunConfig.from_files(args.params), args.project_dir)
-    if args.checkpoint:
-        from peft import PeftModel
-        model = PeftModel.from_pretrained(model, args.checkpoint)
-    model = model.float().eval()
+    model, tokenizer = load_checkpoint_model(RunConfig.from_files(args.params), args.checkpoint, args.project_dir)
     work = Path(tempfile.mkdtemp(prefix="kevin-spread-"))
     toolchain = Toolchain.detect("cuda", str(work / "headers"))
     problem = prepare_headers(toolchain)

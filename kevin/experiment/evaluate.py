@@ -143,26 +143,12 @@ def load_generator(config: RunConfig, checkpoint: Path | None) -> tuple[Policy, 
         return OpenAIPolicy(config.openai), tokenizer
     from kevin.policy.hf import HFPolicy
 
-    from kevin.experiment.policies import load_model
-    from kevin.training.sft import is_adapter, merge_adapter
+    from kevin.experiment.policies import load_checkpoint_model
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    if checkpoint is not None and not is_adapter(checkpoint / "model"):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        # A full checkpoint's model folder holds the weights and the tokenizer.
-        folder = str(checkpoint / "model")
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).to(device)
-    else:
-        # The model the training run starts from (embedded, policy.model, or either with the sft warm start merged
-        # in); a LoRA checkpoint is an adapter over exactly that base, so it is merged into it here rather than
-        # into whatever base its adapter_config names (which knows nothing of the warm start).
-        model, tokenizer = load_model(config)
-        if checkpoint is not None:
-            model = merge_adapter(model, checkpoint / "model")
-        model = model.to(device=device, dtype=dtype)
+    model, tokenizer = load_checkpoint_model(config, checkpoint, full_dtype=dtype)
+    model = model.to(device=device, dtype=dtype)
     return HFPolicy(model.eval(), tokenizer, config.sampling), tokenizer
 
 

@@ -99,6 +99,30 @@ def load_model(config: RunConfig, project_dir: str | Path = ".") -> tuple[Any, A
     return model.eval(), tokenizer
 
 
+def load_checkpoint_model(config: RunConfig, checkpoint: Path | None, project_dir: str | Path = ".",
+                          full_dtype: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) of a training checkpoint (``step_N``) on the CPU; None: the run's starting model.
+
+    A full checkpoint's ``model`` folder holds the weights and the tokenizer. A LoRA checkpoint is an adapter over
+    exactly the run's starting model (embedded, ``policy.model``, or either with the warm start merged in), so it is
+    merged into that, not into whatever base its adapter_config names (which knows nothing of the warm start). Both
+    are float32 but a full checkpoint loaded as ``full_dtype`` (bfloat16 where it goes to a GPU: a large model's
+    float32 copy need never exist)."""
+    from kevin.training.sft import is_adapter, merge_adapter
+
+    if checkpoint is not None and not is_adapter(Path(checkpoint) / "model"):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        folder = str(Path(checkpoint) / "model")
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=full_dtype or torch.float32)
+        return model.eval(), AutoTokenizer.from_pretrained(folder)
+    model, tokenizer = load_model(config, project_dir)
+    if checkpoint is not None:
+        model = merge_adapter(model, Path(checkpoint) / "model")
+    return model.eval(), tokenizer
+
+
 def sync_mode(config: RunConfig) -> str:
     """How an ``openai`` run pushes weights (``policy.weight_sync``, ``auto`` resolved); "" for in-process runs."""
     if config.policy.backend != "openai":

@@ -23,7 +23,9 @@ def feedback_line(result: EvalResult) -> str:
     if s is Status.PARSE_ERROR:
         return f"Your response could not be parsed: {result.error or 'no ModelNew class was found'}."
     if s is Status.RULE_VIOLATION:
-        return f"Your kernel broke a rule and scores 0 [{result.rule_id}]: {result.error}."
+        # The rule's hit words its error with its id in front (``RuleHit.describe``); said once is enough.
+        error = result.error.removeprefix(f"[{result.rule_id}] ") if result.rule_id else result.error
+        return f"Your kernel broke a rule and scores 0 [{result.rule_id}]: {error}."
     if s is Status.COMPILE_ERROR:
         return f"Your kernel failed to compile:\n{_first_lines(result.error)}"
     if s is Status.TIMEOUT:
