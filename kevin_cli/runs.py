@@ -169,4 +169,4 @@ def sft_cmd(
     typer.echo(f"warm start: {metrics['examples']} examples, {metrics['steps']} steps, "
                f"loss {metrics['train_loss']:.4f}; model in {out / 'model'}")
     for row in metrics.get("per_epoch", []):
-        typer.echo("  epoch " + ", ".join(f"{k} {v:g}" for k, v in row.items() if k != "epoch") + f" ({row['epoch']})")
+        typer.echo(f"  epoch {row['epoch']}: " + ", ".join(f"{k} {v:g}" for k, v in row.items() if k != "epoch"))
