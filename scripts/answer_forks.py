@@ -11,6 +11,11 @@ a checkpoint's adapter on top of it) at other temperatures, teacher-forced: what
 look like if sampled hotter. Its first temperature should be the run's own, as a check that the recorded log-probs are
 reproduced (bf16 on the GPU against float32 here: close, not equal).
 
+With --warm-start it reads no samples: it teacher-forces the run's warm-start examples (the answers the sft stage
+trained on, as it built them) through the warm-started policy and prints the mean entropy of its distribution over
+the answers' tokens at T 1 and the answer tokens below p 0.9: the figures TRL logs while training the warm start
+(`kevin sft` prints them per epoch), for a warm start built earlier.
+
     python scripts/answer_forks.py outputs/h200-learn-rest
     python scripts/answer_forks.py outputs/h200-learn-rest --steps 14 --limit 8 \
         --params params.yaml --params configs/h200_learn.yaml --params configs/h200_learn_rest.yaml \
@@ -63,6 +68,42 @@ def rescore(samples: list[dict], params: list[str], project_dir: str, checkpoint
     return out
 
 
+def warm_start_figures(params: list[str], project_dir: str, split: Path) -> dict[str, float]:
+    """The warm-started policy on its own training examples, teacher-forced at T 1: examples, answer tokens, mean
+    entropy per answer token (nats), answer tokens below p 0.9 per answer."""
+    import torch
+
+    from kevin.config import RunConfig
+    from kevin.experiment.policies import load_checkpoint_model
+    from kevin.tasks import load_tasks, read_split
+    from kevin.training.logprobs import sequence_logprobs
+    from kevin.training.sft import warm_start_examples
+
+    config = RunConfig.from_files(params)
+    model, tokenizer = load_checkpoint_model(config, None, project_dir)
+    chosen = read_split(split)
+    train_ids = {e.task_id for e in chosen.train}
+    tasks = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in train_ids]
+    examples, _ = warm_start_examples(config, tasks, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    tokens = entropy = below = 0.0
+    with torch.no_grad():
+        for e in examples:
+            prompt = tokenizer.apply_chat_template(e["prompt"], add_generation_prompt=True, tokenize=False)
+            whole = tokenizer.apply_chat_template(e["prompt"] + e["completion"], tokenize=False)
+            prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            answer_ids = tokenizer(whole, add_special_tokens=False)["input_ids"][len(prompt_ids):]
+            res = sequence_logprobs(model, [prompt_ids], [answer_ids], temperature=1.0, pad_token_id=pad,
+                                    with_entropy=True)
+            n = len(answer_ids)
+            tokens += n
+            entropy += float(res.entropy[0, :n].sum())
+            below += float((res.logprobs[0, :n] < math.log(0.9)).sum())
+    count = max(1, len(examples))
+    return {"examples": len(examples), "tokens": tokens / count, "entropy": entropy / max(1.0, tokens),
+            "p<0.9": below / count}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a training run's folder (outputs/<experiment.name>)")
@@ -72,7 +113,16 @@ def main() -> None:
     ap.add_argument("--project-dir", default=".", help="where the run's sft.output_dir lies")
     ap.add_argument("--checkpoint", help="an RL checkpoint (checkpoints/step_N) merged into the run's starting model")
     ap.add_argument("--temperature", type=float, action="append", default=[], help="temperatures to score at")
+    ap.add_argument("--warm-start", action="store_true", help="the warm start's own examples instead of the samples")
+    ap.add_argument("--split", type=Path, default=Path("data/splits/split.json"), help="with --warm-start")
     args = ap.parse_args()
+    if args.warm_start:
+        if not args.params:
+            raise SystemExit("--warm-start needs the run's --params")
+        w = warm_start_figures(args.params, args.project_dir, args.split)
+        print(f"warm start: {w['examples']} examples, {w['tokens']:.0f} answer tokens each, entropy {w['entropy']:.4f} "
+              f"nats a token (T 1), {w['p<0.9']:.1f} answer tokens below p 0.9 an example")
+        return
     steps = sorted((args.run_dir / "steps").glob("step_*"))
     if args.steps:
         steps = [s for s in steps if int(s.name.split("_")[1]) in set(args.steps)]
