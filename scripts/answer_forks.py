@@ -27,6 +27,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 
 def fork_figures(logprobs: list[list[float]]) -> dict[str, float]:
@@ -45,17 +46,20 @@ def read_samples(step_dir: Path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def rescore(samples: list[dict], params: list[str], project_dir: str, checkpoint: str | None,
-            temperatures: list[float]) -> dict[float, list[list[float]]]:
-    """The samples' completion log-probs under the run's policy loaded on the CPU, at each temperature."""
-    import torch
-
+def load_policy(params: list[str], project_dir: str, checkpoint: str | None) -> tuple[Any, Any]:
+    """The run's policy on the CPU: its starting model, with the RL checkpoint merged in when given."""
     from kevin.config import RunConfig
     from kevin.experiment.policies import load_checkpoint_model
+
+    return load_checkpoint_model(RunConfig.from_files(params), Path(checkpoint) if checkpoint else None, project_dir)
+
+
+def rescore(samples: list[dict], model: Any, tokenizer: Any, temperatures: list[float]) -> dict[float, list[list[float]]]:
+    """The samples' completion log-probs under ``model`` (``load_policy``), at each temperature."""
+    import torch
+
     from kevin.training.logprobs import sequence_logprobs
 
-    model, tokenizer = load_checkpoint_model(RunConfig.from_files(params), Path(checkpoint) if checkpoint else None,
-                                             project_dir)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     out: dict[float, list[list[float]]] = {t: [] for t in temperatures}
     with torch.no_grad():
@@ -75,16 +79,13 @@ def warm_start_figures(params: list[str], project_dir: str, split: Path) -> dict
 
     from kevin.config import RunConfig
     from kevin.experiment.policies import load_checkpoint_model
-    from kevin.tasks import load_tasks, read_split
+    from kevin.experiment.warm_start import train_tasks
     from kevin.training.logprobs import sequence_logprobs
     from kevin.training.sft import warm_start_examples
 
     config = RunConfig.from_files(params)
     model, tokenizer = load_checkpoint_model(config, None, project_dir)
-    chosen = read_split(split)
-    train_ids = {e.task_id for e in chosen.train}
-    tasks = [t for t in load_tasks(chosen.config.source, chosen.config.levels) if t.task_id in train_ids]
-    examples, _ = warm_start_examples(config, tasks, tokenizer)
+    examples, _ = warm_start_examples(config, train_tasks(split), tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     tokens = entropy = below = 0.0
     with torch.no_grad():
@@ -128,18 +129,19 @@ def main() -> None:
         steps = [s for s in steps if int(s.name.split("_")[1]) in set(args.steps)]
     if not steps:
         raise SystemExit(f"no step folders under {args.run_dir / 'steps'}")
+    policy = load_policy(args.params, args.project_dir, args.checkpoint) if args.params and args.temperature else None
     print("step  answers  tokens  forks p<0.9  forks p<0.5  nll (as sampled)")
     for step_dir in steps:
         samples = read_samples(step_dir)
         f = fork_figures([s["old_logprobs"] for s in samples])
         print(f"{int(step_dir.name.split('_')[1]) + 1:4d}  {len(samples):7d}  {f['tokens']:6.0f}  {f['p<0.9']:11.1f}  "
               f"{f['p<0.5']:11.1f}  {f['nll']:6.2f}")
-        if args.params and args.temperature:
+        if policy is not None:
             chosen = samples[:args.limit] if args.limit else samples
             recorded = fork_figures([s["old_logprobs"] for s in chosen])
             print(f"      {len(chosen)} answers scored again; as recorded: forks {recorded['p<0.9']:.1f} / "
                   f"{recorded['p<0.5']:.1f}, nll {recorded['nll']:.2f}")
-            for t, lps in rescore(chosen, args.params, args.project_dir, args.checkpoint, args.temperature).items():
+            for t, lps in rescore(chosen, *policy, args.temperature).items():
                 g = fork_figures(lps)
                 print(f"      T={t:<4}  forks {g['p<0.9']:.1f} / {g['p<0.5']:.1f}, nll {g['nll']:.2f}")
 

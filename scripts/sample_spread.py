@@ -11,6 +11,10 @@ temperature, and writes every answer to --out for a look at what differs.
         --params configs/h200_learn_rest.yaml --checkpoint outputs/h200-learn-rest/checkpoints/step_000014
 
 ~1 minute per task and temperature at 4 answers of up to 512 tokens on 2 cores.
+
+It runs each answer's Python in this process to capture what it passes to load_inline, outside the evaluator's
+sandbox (whose compile step also links against CUDA libraries a CPU machine lacks): use it on your own checkpoints,
+not on answers you would not run yourself.
 """
 from __future__ import annotations
 

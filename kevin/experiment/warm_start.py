@@ -12,10 +12,10 @@ from typing import Any, Callable
 
 from kevin.config import RunConfig
 
-__all__ = ["build_warm_start"]
+__all__ = ["build_warm_start", "train_tasks"]
 
 
-def _train_tasks(split: Path) -> list[Any]:
+def train_tasks(split: Path) -> list[Any]:
     """The train tasks of the split file ``split``, loaded from the source it records."""
     from kevin.tasks import load_tasks, read_split
 
@@ -31,7 +31,7 @@ def build_warm_start(config: RunConfig, split: Path, out: Path, say: Callable[[s
     from kevin.experiment.policies import load_model, model_identity
     from kevin.training.sft import reuse_prebuilt, run_sft, warm_start_examples, warm_start_fingerprint
 
-    tasks = _train_tasks(split)
+    tasks = train_tasks(split)
     if config.experiment.torch_threads:  # as the training run: two threads on two busy cores are much slower
         import torch
 
