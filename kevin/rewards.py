@@ -7,7 +7,8 @@ The chain, each step a small pure function:
 2. per-turn returns R_0..R_{n-1} of one trajectory from its scores S_0..S_{n-1}: an aggregation
    registered by name (``sum`` | ``max`` | ``greedy`` | ``outcome``), so an ablation is a config value.
 3. advantages: returns of ALL m x n turn samples of one task are normalised together
-   (``group_advantages``), each turn being its own training sample.
+   (``group_advantages``), each turn being its own training sample; or, with ``rewards.group: turn``, the m samples
+   of one task and one turn (``RewardConfig.group_key``).
 
 How this departs from single-turn GRPO (e.g. TRL's GRPOTrainer):
 - a group is a task's m trajectories x n turns, not the G completions of one prompt: the samples of
@@ -29,6 +30,7 @@ from kevin.records.evaluation import kernel_score
 from kevin.settings import Settings
 
 __all__ = [
+    "ADVANTAGE_GROUPS",
     "AGGREGATIONS",
     "RewardConfig",
     "TRUNCATION_RULES",
@@ -187,6 +189,9 @@ def group_advantages(
     return adv.to(returns.dtype).reshape(returns.shape)
 
 
+ADVANTAGE_GROUPS = ("task", "turn")
+"""Which samples share a baseline (``RewardConfig.group``)."""
+
 TRUNCATION_RULES = ("keep", "zero")
 """What a response cut off at the length limit scores (``RewardConfig.truncation``)."""
 
@@ -213,6 +218,14 @@ class RewardConfig(Settings):
     eps: float = 1e-4
     """Added to the group std before dividing (> 0); 1e-4 as in TRL, see ``group_advantages``."""
 
+    group: str = "task"
+    """Which samples are normalised together: `task` (the paper: all m x n turn samples of a task) or `turn` (the m
+    samples of one task at one turn). Under `task` an earlier turn's return holds the later turns' scores too (R_0 =
+    S_0 + gamma S_1), so when a second turn merely repeats a correct first one, turn 0 gets a positive and turn 1 a
+    negative advantage of about 0.9 in every such group: the update is told, step after step, to write something
+    else after a correct kernel. Our fourth H200 run broke every kernel that way by step 12 (docs/learning.md);
+    `turn` compares each turn with the same turn of the other trajectories only."""
+
     truncation: str = "keep"
     """A response cut off at the length limit: `keep` scores its kernel as judged (the paper); `zero` scores it 0
     before the returns (the overlong penalty): a model that repeats its kernel until the limit, which the parser
@@ -229,6 +242,8 @@ class RewardConfig(Settings):
                 raise ValueError(f"rewards.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.eps, numbers.Real) or isinstance(self.eps, bool) or not self.eps > 0:
             raise ValueError(f"rewards.eps must be a positive number such as 1.0e-4, got {self.eps!r}")
+        if self.group not in ADVANTAGE_GROUPS:
+            raise ValueError(f"rewards.group must be one of {list(ADVANTAGE_GROUPS)}, got {self.group!r}")
         if self.truncation not in TRUNCATION_RULES:
             raise ValueError(f"rewards.truncation must be one of {list(TRUNCATION_RULES)}, got {self.truncation!r}")
 
@@ -236,6 +251,10 @@ class RewardConfig(Settings):
         """The score a turn's return is built from: its kernel's score, or 0 for a cut-off answer under
         ``truncation: zero``."""
         return 0.0 if truncated and self.truncation == "zero" else float(score)
+
+    def group_key(self, task_id: str, turn: int) -> tuple[str, int]:
+        """The advantage group of a task's sample at ``turn`` (see ``group``): samples with equal keys share a baseline."""
+        return (task_id, turn if self.group == "turn" else 0)
 
     def returns(self, scores: Sequence[float]) -> list[float]:
         """Per-turn returns of one trajectory under this config (see ``turn_returns``)."""

@@ -40,9 +40,11 @@ set -uo pipefail
 STAGE=${1:?usage: gpu_learn.sh prepare|keep|carried|check|timing|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 # LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
-# LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml; the
-# default is the third (barren tasks rest, lr 1e-3). All share the warm start.
-LEARN=${LEARN:-configs/h200_learn_rest.yaml}
+# LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml, the third
+# (barren tasks rest, lr 1e-3) LEARN=configs/h200_learn_rest.yaml; these share the first warm start. The fourth
+# (its own 6-epoch warm start, second turns after a failure too) is LEARN=configs/h200_learn_turns.yaml; the default
+# is the fifth, the fourth with advantages per task and turn, from the fourth's warm start.
+LEARN=${LEARN:-configs/h200_learn_turn_groups.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 [ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
 RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1)

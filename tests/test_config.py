@@ -109,3 +109,19 @@ def test_eval_config_from_params_reads_the_shared_backend(tmp_path):
     with pytest.raises(ValueError, match="set once"):
         eval_config_from_params(params)
     assert eval_config_from_params(None).backend == "cpu"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name != "accelerate_zero3.yaml"))
+def test_every_bundled_config_loads_over_params_yaml(name):
+    # The learning runs' configs are layered over configs/h200_learn.yaml as scripts/gpu_learn.sh layers them;
+    # configs/gpu.yaml wants the user's model (accelerate_zero3.yaml is accelerate's, not ours).
+    layers = [REPO / "params.yaml"] + ([REPO / "configs/h200_learn.yaml"] if name.startswith("h200_learn_") else [])
+    model = ["policy.model=/path/to/model"] if name == "gpu.yaml" else []
+    run = RunConfig.from_files(layers + [REPO / "configs" / name], model)
+    shown = yaml.safe_load((REPO / "configs" / name).read_text()) or {}
+    for section, values in shown.items():  # what the file says is what the run gets
+        if isinstance(values, dict) and section in SECTIONS:
+            got = run.params_dict()[section]
+            for key, value in values.items():
+                if not isinstance(value, dict) and f"{section}.{key}={got[key]}" not in model:
+                    assert got[key] == value, (section, key)

@@ -200,6 +200,7 @@ def test_reward_config_defaults_and_round_trip():
         ({"leave_one_out": 1}, "rewards.leave_one_out must be true or false"),
         ({"eps": 0.0}, "rewards.eps must be a positive number"),
         ({"eps": math.nan}, "rewards.eps must be a positive number"),
+        ({"group": "trajectory"}, r"rewards.group must be one of \['task', 'turn'\]"),
     ],
 )
 def test_reward_config_errors(kwargs, message):

@@ -68,17 +68,19 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
 
     reward = the turn's return under ``reward_cfg`` (from the scores of its own trajectory, a cut-off answer's as
     ``rewards.truncation`` says);
-    advantage = that return normalised over all samples of the same task (m trajectories x n turns).
+    advantage = that return normalised over all samples of the same task (m trajectories x n turns), or of the same
+    task and turn (``rewards.group: turn``).
     """
     turns: list[Turn] = []
     returns: list[float] = []
     groups: list[int] = []
-    task_index: dict[str, int] = {}
+    group_index: dict[tuple[str, int], int] = {}
     for traj in trajectories:
         ordered = sorted(traj.turns, key=lambda t: t.turn)
         turns.extend(ordered)
         returns.extend(reward_cfg.returns([reward_cfg.turn_score(t.score, t.truncated) for t in ordered]))
-        groups.extend([task_index.setdefault(traj.task_id, len(task_index))] * len(ordered))
+        groups.extend(group_index.setdefault(reward_cfg.group_key(traj.task_id, t.turn), len(group_index))
+                      for t in ordered)
     if not turns:
         return []
     adv = reward_cfg.advantages(torch.tensor(returns, dtype=torch.float64), groups).tolist()

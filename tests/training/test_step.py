@@ -67,6 +67,29 @@ def test_a_task_teaches_when_some_return_differs_from_the_others():
     assert taught_tasks(["e"], build_samples(same, RewardConfig(gamma=0.4))) == {"e": False}
 
 
+def test_turn_groups_compare_a_turn_with_the_same_turn_only():
+    # Two trajectories of one task, both correct at 1.0 in both turns (the second turn repeats the first), gamma 0.4:
+    # returns turn 0: 1.0 + 0.4 * 1.0 = 1.4, turn 1: 1.0.
+    copies = [Trajectory(task_id="a", index=i, turns=[turn("a", i, 0, 1.0), turn("a", i, 1, 1.0)]) for i in range(2)]
+    # Task groups (the paper): returns [1.4, 1.0, 1.4, 1.0], mean 1.2, sample std sqrt(4 * 0.04 / 3) = 0.23094, so
+    # turn 0 gets +0.2 / (0.23094 + 1e-4) = +0.86565 and the repeated turn 1 -0.86565: told to change a correct kernel.
+    by_task = build_samples(copies, RewardConfig(gamma=0.4))
+    assert [s.advantage for s in by_task] == pytest.approx([0.86565, -0.86565, 0.86565, -0.86565], abs=1e-5)
+    # Turn groups: each turn's two returns are equal, nothing to learn.
+    assert [s.advantage for s in build_samples(copies, RewardConfig(gamma=0.4, group="turn"))] == [0.0] * 4
+    # Where a turn's trajectories differ, turn groups compare them: trajectory 0 scores [0, 1.2], trajectory 1
+    # [0.3, 0.3]; returns turn 0: 0.48 and 0.42 (mean 0.45, sample std 0.042426: advantages +-0.03 / (0.042426 +
+    # 1e-4) = +-0.70544), turn 1: 1.2 and 0.3 (+-0.45 / (0.636396 + 1e-4) = +-0.70700). Under task groups the same
+    # four returns would rank 1.2 first and 0.3 last whatever the turn.
+    mixed = [Trajectory(task_id="a", index=0, turns=[turn("a", 0, 0, 0.0), turn("a", 0, 1, 1.2)]),
+             Trajectory(task_id="a", index=1, turns=[turn("a", 1, 0, 0.3), turn("a", 1, 1, 0.3)])]
+    samples = build_samples(mixed, RewardConfig(gamma=0.4, group="turn"))
+    assert [s.reward for s in samples] == pytest.approx([0.48, 1.2, 0.42, 0.3])
+    assert [s.advantage for s in samples] == pytest.approx([0.70544, 0.70700, -0.70544, -0.70700], abs=1e-5)
+    assert RewardConfig(group="turn").group_key("a", 1) != RewardConfig(group="turn").group_key("a", 0)
+    assert RewardConfig().group_key("a", 1) == RewardConfig().group_key("a", 0)
+
+
 def test_a_cut_off_answer_scores_as_the_truncation_rule_says():
     # Trajectory: turn 0 correct at 1.0 but cut off at the limit, turn 1 at 0.5 ended by choice; gamma 0.4.
     traj = Trajectory(task_id="a", index=0, turns=[turn("a", 0, 0, 1.0, truncated=True), turn("a", 0, 1, 0.5)])
