@@ -42,8 +42,8 @@ logger = logging.getLogger(__name__)
 
 SEVERITY_ORDER = ("info", "warning", "critical")
 # The monitor metrics quoted in a notification, in this order, when the step's row has them.
-MESSAGE_METRICS = ("not_okay_ratio", "junk_share", "junk_mean", "junk_max", "truncated_share", "mean_tokens",
-                   "entropy", "grad_norm", "clip_fraction", "approx_kl")
+MESSAGE_METRICS = ("not_okay_ratio", "junk_share", "junk_mean", "junk_max", "truncated_share", "forgotten_share",
+                   "mean_tokens", "entropy", "grad_norm", "clip_fraction", "approx_kl")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from kevin.monitor import (
     Severity,
     calibrate_opening,
     first_words,
+    forgotten_share,
     junk_breakdown,
     junk_score,
     longest_repeat_run,
@@ -406,6 +407,39 @@ def test_alert_serialisation_round_trip():
         Alert.from_dict({**data, "extra": 1})
     with pytest.raises(AttributeError):
         alert.step = 8  # frozen
+
+
+def test_forgotten_share_counts_only_tasks_solved_at_their_previous_draw():
+    before = {"a": True, "b": True, "c": False, "d": True}
+    # a kept, b lost, c was never solved (not counted), e is new (not counted): 1 of 2
+    assert forgotten_share(before, {"a": True, "b": False, "c": False, "e": True}) == 0.5
+    assert forgotten_share(before, {"c": True, "e": False}) is None  # nothing solved before: nothing to forget
+    assert forgotten_share({}, {"a": False}) is None
+    assert forgotten_share(before, {"a": False, "b": False, "d": False}) == 1.0
+
+
+def test_the_monitor_remembers_each_tasks_last_draw_and_warns_when_solved_tasks_are_lost():
+    # The fourth H200 run's steps 9-12 (0-based 8-11), task by task: sigmoid solved at its first draw and lost at
+    # its second; then max_dim, matvec, leaky_relu, softplus, all solved in the first epoch, all lost.
+    cfg = MonitorConfig(expected_opening="Okay,", stop_on=[], min_steps=0)
+    mon = CollapseMonitor(cfg)
+    first_epoch = {"max_dim": True, "matvec": True, "leaky_relu": True, "softplus": True, "argmax": False}
+    assert mon.observe(8, okay_batch(4, 0), solved={**first_epoch, "sigmoid": True}) == []
+    assert "forgotten_share" not in mon.history[-1]  # every task drawn for the first time
+    mon.observe(9, okay_batch(4, 0), solved={"softmax": True, "conv1d": False})
+    alerts = mon.observe(10, okay_batch(4, 0), solved={"sigmoid": False, "softmax": True, "argmax": False})
+    assert mon.history[-1]["forgotten_share"] == 0.5  # sigmoid lost, softmax kept; argmax was never solved
+    assert alerts == []  # 0.5 is not above the default 0.5
+    state = json.loads(json.dumps(mon.state_dict()))
+    resumed = CollapseMonitor(cfg)
+    resumed.load_state_dict(state)  # a resume remembers which tasks were solved
+    alerts = resumed.observe(11, okay_batch(4, 0), solved={"max_dim": False, "matvec": False, "leaky_relu": False,
+                                                           "softplus": False})
+    assert [(a.metric, a.value, a.threshold, a.severity, a.should_stop) for a in alerts] == [
+        ("forgotten_share", 1.0, 0.5, Severity.WARNING, False)]
+    assert "no correct kernel any more" in alerts[0].message
+    old = {k: v for k, v in state.items() if k != "solved"}  # a checkpoint from before the indicator
+    CollapseMonitor(cfg).load_state_dict(old)
 
 
 def test_state_dict_resume_keeps_opening_history_and_streaks():

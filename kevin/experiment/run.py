@@ -379,9 +379,12 @@ class TrainingRun(RunTracking):
             # not the policy's, so the monitor does not see them.
             trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
             train = {k: sum(m[k] for m in trained) / len(trained) for k in TRAIN_METRICS if trained and k in trained[0]}
+            solved: dict[str, bool] = {}
+            for t in turns:
+                solved[t.task_id] = solved.get(t.task_id, False) or t.correct
             alerts = self.monitor.observe(step, [t.response for t in turns], [t.truncated for t in turns], train,
                                           token_counts=[t.response_tokens for t in turns],
-                                          turns=[t.turn for t in turns])
+                                          turns=[t.turn for t in turns], solved=solved)
             row = self.monitor.history[-1]
             run_id = self.mlflow.get("run_id") or self.name
             for alert in alerts:

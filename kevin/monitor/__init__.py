@@ -28,7 +28,7 @@ The modules, one responsibility each (every name below is importable from ``kevi
 
 from __future__ import annotations
 
-from kevin.monitor.batch import text_metrics
+from kevin.monitor.batch import forgotten_share, text_metrics
 from kevin.monitor.collapse import CollapseMonitor
 from kevin.monitor.config import MonitorConfig
 from kevin.monitor.events import Alert, Severity
@@ -50,6 +50,7 @@ from kevin.monitor.names import (
     CALIBRATION_METRICS,
     CHECK_KEY,
     HINTS,
+    KERNEL_METRICS,
     METRICS,
     PER_TURN_METRICS,
     RATIO_METRICS,
@@ -72,6 +73,7 @@ __all__ = [
     "CHAR_RUN_MIN",
     "CHECK_KEY",
     "HINTS",
+    "KERNEL_METRICS",
     "METRICS",
     "NOT_CHECKED_NOTE",
     "PER_TURN_METRICS",
@@ -88,6 +90,7 @@ __all__ = [
     "calibrate_opening",
     "char_run_share",
     "first_words",
+    "forgotten_share",
     "junk_breakdown",
     "junk_score",
     "longest_repeat_run",

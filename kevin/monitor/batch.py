@@ -7,7 +7,7 @@ monitor's state.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from kevin.monitor.junk import junk_score
 from kevin.monitor.opening import starts_with_opening
@@ -75,3 +75,17 @@ def per_turn_shares(turns: Sequence[int], not_okay: Sequence[bool] | None, is_ju
                 out[f"not_okay_ratio/{name}"] = sum(not_okay[i] for i in idx) / len(idx)
             out[f"junk_share/{name}"] = sum(is_junk[i] for i in idx) / len(idx)
     return out
+
+
+def forgotten_share(solved_before: Mapping[str, bool], solved_now: Mapping[str, bool]) -> float | None:
+    """Of this step's tasks that had a correct kernel at their previous draw, the share that has none now; None when
+    no task of the step was solved at its previous draw (nothing to forget).
+
+    ``solved_now``: each task of the step -> whether any of its kernels is correct; ``solved_before``: the same at
+    each task's previous draw. A policy that stops writing kernels it used to write has collapsed even while its text
+    stays fluent (the Not-Okay Ratio and the junk shares saw nothing when our fourth H200 run's kernels stopped
+    compiling)."""
+    known = [task for task in solved_now if solved_before.get(task, False)]
+    if not known:
+        return None
+    return sum(not solved_now[task] for task in known) / len(known)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kevin.monitor.batch import text_metrics
+from kevin.monitor.batch import forgotten_share, text_metrics
 from kevin.monitor.config import MonitorConfig
 from kevin.monitor.events import Alert, Severity
 from kevin.monitor.names import CHECK_KEY, HINTS, base_metric
@@ -59,6 +59,7 @@ class CollapseMonitor:
         self.alerts: list[Alert] = []
         self._streaks: dict[str, int] = {}  # "metric:bound" -> consecutive crossing steps
         self._last_step: int | None = None
+        self.solved: dict[str, bool] = {}  # task -> whether its latest draw had a correct kernel (forgotten_share)
 
     # -- calibration --
 
@@ -108,6 +109,7 @@ class CollapseMonitor:
         *,
         token_counts: Sequence[int] | None = None,
         turns: Sequence[int] | None = None,
+        solved: Mapping[str, bool] | None = None,
     ) -> list[Alert]:
         """Record one step and return its alerts (at most one per metric and bound).
 
@@ -116,7 +118,8 @@ class CollapseMonitor:
         ``train_metrics`` holds the update's numbers (TRAIN_METRICS; floats or 0-dim tensors); other keys,
         e.g. loss or lr, are recorded in the history too but cannot have thresholds. ``turns`` (the turn index
         of each response) adds per-turn Not-Okay and junk shares to the row, because collapse shows first in
-        the last turn. Steps must increase.
+        the last turn. ``solved`` (each task of the step -> whether any of its kernels is correct) adds
+        ``forgotten_share`` against each task's previous draw, which the monitor remembers. Steps must increase.
         """
         if self._last_step is not None and step <= self._last_step:
             raise ValueError(
@@ -138,6 +141,9 @@ class CollapseMonitor:
             tail_words=cfg.tail_words,
         ))
         row[CHECK_KEY] = float(self._trusts(opening, opening_share))
+        forgotten = forgotten_share(self.solved, solved) if solved is not None else None
+        if forgotten is not None:
+            row["forgotten_share"] = forgotten
         for key, value in (train_metrics or {}).items():
             if key in row:
                 raise ValueError(f"train metric {key!r} clashes with a monitor metric; rename it")
@@ -150,6 +156,7 @@ class CollapseMonitor:
         self.opening, self.opening_share = opening, opening_share
         self.history.append(row)
         self._last_step = step
+        self.solved.update({task: bool(ok) for task, ok in (solved or {}).items()})
         if len(self.history) > cfg.min_steps:
             alerts += self._check(step, row)
         for alert in alerts:
@@ -216,6 +223,7 @@ class CollapseMonitor:
             "alerts": [a.to_dict() for a in self.alerts],
             "streaks": dict(self._streaks),
             "last_step": self._last_step,
+            "solved": dict(self.solved),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -225,3 +233,4 @@ class CollapseMonitor:
         self.alerts = [Alert.from_dict(a) for a in state["alerts"]]
         self._streaks = dict(state["streaks"])
         self._last_step = state["last_step"]
+        self.solved = dict(state.get("solved", {}))  # checkpoints written before forgotten_share lack it

@@ -19,6 +19,10 @@ TEXT_METRICS = (
     "mean_tokens",      # mean response length in tokens (only when token counts are passed)
     "truncated_share",  # share of responses cut off at the length limit (only when flags are passed)
 )
+# Metrics of the step's judged kernels, measured against each task's previous draw (the monitor keeps those).
+KERNEL_METRICS = (
+    "forgotten_share",  # of the step's tasks solved at their previous draw, the share with no correct kernel now
+)
 # Metrics of the update, passed in by the trainer as numbers.
 TRAIN_METRICS = ("entropy", "grad_norm", "clip_fraction", "approx_kl")
 # Calibration quality: the share of the base batch that starts with the calibrated opening.
@@ -26,9 +30,10 @@ CALIBRATION_METRICS = ("opening_share",)
 # In every row: 1 when the Not-Okay Ratio is checked against its thresholds, 0 while it is not (no opening yet, or
 # one too rare in the base batch to trust), so a plot of the ratio can tell a quiet check from a skipped one.
 CHECK_KEY = "not_okay_check"
-METRICS = TEXT_METRICS + TRAIN_METRICS
+METRICS = TEXT_METRICS + KERNEL_METRICS + TRAIN_METRICS
 # Metrics that are shares, so their thresholds must lie in [0, 1].
-RATIO_METRICS = frozenset({"not_okay_ratio", "junk_mean", "junk_max", "junk_share", "truncated_share", "clip_fraction"})
+RATIO_METRICS = frozenset({"not_okay_ratio", "junk_mean", "junk_max", "junk_share", "truncated_share", "clip_fraction",
+                           "forgotten_share"})
 # Metrics also computed per turn (``junk_share/turn3``, ``junk_share/last_turn``): junk shows first in the last turn.
 PER_TURN_METRICS = ("not_okay_ratio", "junk_share")
 _PER_TURN_KEY = re.compile(r"^(?P<metric>[a-z_]+)/(?:turn(?P<turn>\d+)|last_turn)$")
@@ -56,6 +61,8 @@ HINTS = {
     "mean_chars": "response length moved out of range (a length collapse or runaway generation)",
     "mean_tokens": "response length moved out of range (a length collapse or runaway generation)",
     "truncated_share": "many responses hit the length limit (runaway or looping generation)",
+    "forgotten_share": "tasks the policy used to solve get no correct kernel any more (collapse into broken code, "
+                       "which the text indicators do not see)",
     "entropy": "policy entropy moved out of range (entropy collapse, or sampling noise taking over)",
     "grad_norm": "gradient norm moved out of range (unstable update)",
     "clip_fraction": "many tokens hit the clip range (the update moves the policy too far per step)",
