@@ -20,6 +20,7 @@ from kevin.monitor import (
     first_words,
     forgotten_share,
     junk_breakdown,
+    solved_tasks,
     junk_score,
     longest_repeat_run,
     nonprintable_share,
@@ -416,6 +417,8 @@ def test_forgotten_share_counts_only_tasks_solved_at_their_previous_draw():
     assert forgotten_share(before, {"c": True, "e": False}) is None  # nothing solved before: nothing to forget
     assert forgotten_share({}, {"a": False}) is None
     assert forgotten_share(before, {"a": False, "b": False, "d": False}) == 1.0
+    # A step's kernels -> each task solved when any of its kernels is correct.
+    assert solved_tasks([("a", False), ("a", True), ("b", False), ("c", True)]) == {"a": True, "b": False, "c": True}
 
 
 def test_the_monitor_remembers_each_tasks_last_draw_and_warns_when_solved_tasks_are_lost():

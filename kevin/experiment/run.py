@@ -189,8 +189,20 @@ class TrainingRun(RunTracking):
         extra = self.trainer.resumed_extra
         self.sampler.load_state_dict(extra["sampler"])
         self.monitor.load_state_dict(extra["monitor"])
+        if "solved" not in extra["monitor"]:
+            self._recall_solved()
         self._load_policy_state(extra.get("policy"))
         self.stop_reason = extra.get("stop_reason", "")
+
+    def _recall_solved(self) -> None:
+        """A checkpoint written before the monitor kept which tasks each draw solved (``forgotten_share``): read it
+        from the checkpointed steps' ``kernels.jsonl``, so tasks drawn before the resume are not forgotten."""
+        from kevin.monitor import solved_tasks
+
+        for step in range(self.next_step):
+            path = self._dir(step) / KERNELS_FILE
+            if path.is_file():
+                self.monitor.solved.update(solved_tasks((r["task_id"], r["correct"]) for r in read_jsonl(path)))
 
     # ------------------------------------------------------------------------------------------ helpers
 
@@ -370,7 +382,7 @@ class TrainingRun(RunTracking):
         """Feed the step to the collapse monitor: ``monitor.json`` (its row and alerts). Each alert becomes a
         Prefect event (``kevin.alerts``); a stop alert records the reason (MLflow tag; the flow's final state)."""
         from kevin.alerts import emit_collapse_alert, stop_reason
-        from kevin.monitor import TRAIN_METRICS
+        from kevin.monitor import TRAIN_METRICS, solved_tasks
 
         with self._timed(step, "monitor"):
             turns = [t for traj in self.trajectories(step) for t in traj.turns]
@@ -379,12 +391,9 @@ class TrainingRun(RunTracking):
             # not the policy's, so the monitor does not see them.
             trained = [m for m in update if m.get("trained_sequences", 0.0) > 0]
             train = {k: sum(m[k] for m in trained) / len(trained) for k in TRAIN_METRICS if trained and k in trained[0]}
-            solved: dict[str, bool] = {}
-            for t in turns:
-                solved[t.task_id] = solved.get(t.task_id, False) or t.correct
             alerts = self.monitor.observe(step, [t.response for t in turns], [t.truncated for t in turns], train,
-                                          token_counts=[t.response_tokens for t in turns],
-                                          turns=[t.turn for t in turns], solved=solved)
+                                          token_counts=[t.response_tokens for t in turns], turns=[t.turn for t in turns],
+                                          solved=solved_tasks((t.task_id, t.correct) for t in turns))
             row = self.monitor.history[-1]
             run_id = self.mlflow.get("run_id") or self.name
             for alert in alerts:

@@ -28,7 +28,7 @@ The modules, one responsibility each (every name below is importable from ``kevi
 
 from __future__ import annotations
 
-from kevin.monitor.batch import forgotten_share, text_metrics
+from kevin.monitor.batch import forgotten_share, solved_tasks, text_metrics
 from kevin.monitor.collapse import CollapseMonitor
 from kevin.monitor.config import MonitorConfig
 from kevin.monitor.events import Alert, Severity
@@ -102,6 +102,7 @@ __all__ = [
     "reasoning_text",
     "repeated_ngram_share",
     "script_mix_share",
+    "solved_tasks",
     "starts_with_opening",
     "tail_loop_share",
     "text_metrics",

@@ -7,7 +7,7 @@ monitor's state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from kevin.monitor.junk import junk_score
 from kevin.monitor.opening import starts_with_opening
@@ -75,6 +75,14 @@ def per_turn_shares(turns: Sequence[int], not_okay: Sequence[bool] | None, is_ju
                 out[f"not_okay_ratio/{name}"] = sum(not_okay[i] for i in idx) / len(idx)
             out[f"junk_share/{name}"] = sum(is_junk[i] for i in idx) / len(idx)
     return out
+
+
+def solved_tasks(kernels: Iterable[tuple[str, bool]]) -> dict[str, bool]:
+    """Each task of a step -> whether any of its kernels is correct, from (task id, correct) pairs."""
+    solved: dict[str, bool] = {}
+    for task_id, correct in kernels:
+        solved[task_id] = solved.get(task_id, False) or bool(correct)
+    return solved
 
 
 def forgotten_share(solved_before: Mapping[str, bool], solved_now: Mapping[str, bool]) -> float | None:
