@@ -21,8 +21,8 @@ def _default_max_thresholds() -> dict[str, float]:
     # habit; a tenth of the batch being junk is already visible collapse; junk shows first in the last turn,
     # where a fifth of the responses being junk is an early warning (it stops nothing by default); the KL /
     # clip limits are loose warnings for the paper's 2 gradient steps per batch with clip range 0.2 / 0.28.
-    # losing half the tasks it had solved is a collapse into broken code (our fourth H200 run lost all of them two
-    # steps after the first; a run that learns nothing loses some to sampling noise, hence a warning that stops nothing).
+    # Losing half the tasks it had solved is a collapse into broken code (our fourth H200 run lost all of them a step
+    # after the first; a run that learns nothing loses some to sampling noise, hence a warning that stops nothing).
     return {"not_okay_ratio": 0.2, "junk_share": 0.1, "junk_share/last_turn": 0.2, "truncated_share": 0.5,
             "clip_fraction": 0.3, "approx_kl": 0.1, "forgotten_share": 0.5}
 
