@@ -325,7 +325,7 @@ def test_broken_grpo_fails_the_learning_criterion(name):
     run = cached_run(name)
     assert not learns(run), run.line()
     for task in run.p_start:
-        # measured, seed 0: flipped sign 0.249 -> 0.008; greedy and gamma 0 (the same returns) 0.249 -> 0.003
+        # measured, seed 0: flipped sign 0.249 -> 0.008; greedy and gamma 0 (the same returns) 0.249 -> 0.017
         assert run.p_end[task] < run.p_start[task] - 0.1, run.line()
     if name == "flipped_sign":  # it descends the reward (measured, seed 0: 0.36 -> 0.003)
         assert run.reward_last < run.reward_first, run.line()
