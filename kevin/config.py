@@ -87,8 +87,10 @@ class RunConfig(Settings):
 
     experiment: ExperimentConfig = field(default_factory=dict)  # type: ignore[assignment]
     """The training run: name, output folder, steps, task batches, checkpoints (``kevin/experiment/config.py``)."""
-    evaluation: EvalConfig = field(default_factory=dict)  # type: ignore[assignment]
-    """The evaluator (``kevin/evaluation/config.py``)."""
+    evaluation: EvalConfig = field(default_factory=lambda: {"reuse_verdicts": True})  # type: ignore[assignment]
+    """The evaluator (``kevin/evaluation/config.py``). A run judges identical candidates once (``reuse_verdicts``
+    on, where a bare ``EvalConfig`` has it off): a rollout's trajectories and turns repeat themselves, and each
+    repeat judged again cost the GPU a run phase of its own."""
     cluster: ClusterConfig = field(default_factory=dict)  # type: ignore[assignment]
     """Evaluation spread over a Ray cluster (``kevin/evaluation/cluster.py``, its config in ``cluster_plan.py``; off: this
     machine's evaluator)."""

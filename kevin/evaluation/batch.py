@@ -27,6 +27,7 @@ from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
+from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused
 from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
@@ -88,10 +89,14 @@ class BatchHost(Protocol):
     compile_slots: CompileSlots
     prestart: int
     """Run jobs started ahead of their turn on each device (0 on cpu: they would take the timed run's cores)."""
+    verdicts: VerdictMemo
+    """Verdicts of candidates judged before, for their repeats (under ``config.reuse_verdicts``)."""
 
     def devices(self) -> list[str]: ...
 
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None: ...
+
+    def verdict_key(self, task: Task, candidate: Candidate) -> str: ...
 
     def baseline_key(self, task: Task) -> str: ...
 
@@ -124,12 +129,43 @@ class Batch:
         self.compile_intervals: list[tuple[float, float]] = []
         self.bar = PhaseProgress() if show else None
         self._lock = threading.Lock()
+        # Under reuse_verdicts: each judged item's key, the identical items waiting for its verdict, and those whose
+        # first's verdict could not stand for them (judged after the batch's others, ``run``).
+        self.reuse = ev.config.reuse_verdicts
+        self.keys: dict[int, str] = {}
+        self.first: dict[str, int] = {}
+        self.followers: dict[int, list[int]] = {}
+        self.again: list[int] = []
 
     def done(self, i: int, result: EvalResult) -> None:
         with self._lock:
             self.results[i] = result
+            waiting = self.followers.pop(i, [])
         if self.progress:
             self.progress(result)
+        if i in self.keys:
+            self.ev.verdicts.put(self.keys[i], result)
+        if waiting and not reusable(result):
+            with self._lock:
+                self.again.extend(waiting)
+            return
+        for f in waiting:
+            self.done(f, reused(result, self.items[f][1]))
+
+    def _first_of_its_kind(self, i: int) -> bool:
+        """Under reuse_verdicts: False when item ``i`` got a known verdict or waits for an identical item's (then
+        it is neither compiled nor run), True when it is to be judged."""
+        task, cand = self.items[i]
+        key = self.ev.verdict_key(task, cand)
+        known = self.ev.verdicts.get(key, cand)
+        if known is not None:
+            self.done(i, known)
+            return False
+        if key in self.first:
+            self.followers.setdefault(self.first[key], []).append(i)
+            return False
+        self.keys[i], self.first[key] = key, i
+        return True
 
     def _show(self, method: str, *args: Any) -> None:
         if self.bar:
@@ -199,7 +235,7 @@ class Batch:
             early = ev.static_check(task, cand)
             if early:
                 self.done(i, early)
-            else:
+            elif not self.reuse or self._first_of_its_kind(i):
                 compile_q.append(i)
         devices = ev.devices()
         baseline_tasks = list({self.items[i][0].task_id: self.items[i][0] for i in compile_q}.values())
@@ -229,6 +265,13 @@ class Batch:
             t.join()
         if self.bar:
             self.bar.close()
+        if self.again:  # repeats of a candidate whose verdict was the moment's (a timeout): each judged on its own
+            rest = Batch(ev, [self.items[i] for i in self.again], None, False)
+            rest.reuse = False
+            for i, result in zip(self.again, rest.run()):
+                self.done(i, result)
+            self.run_intervals += rest.run_intervals
+            self.compile_intervals += rest.compile_intervals
         return [r for r in self.results if r is not None]
 
 

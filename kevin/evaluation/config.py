@@ -86,6 +86,13 @@ class EvalConfig(Settings):
     speedup_flag_threshold: float = 10.0
     """Speedups above this are flagged for re-verification rather than trusted."""
 
+    reuse_verdicts: bool = False
+    """Judge identical candidates (same task, same source) once per evaluator: the repeats get the first verdict,
+    marked ``reused`` (kevin/evaluation/verdict_memo.py says what is never reused). A rollout repeats itself a lot
+    (its trajectories agree, a second turn keeps its first): params.yaml turns it on for training and ``kevin
+    evaluate``. Off here, so a library caller judging one kernel again (a timing study, a test that the next
+    candidate is unharmed) gets a fresh judgement."""
+
     clock_slack_ms: float = 0.0
     """How much longer (ms) a timed call may have taken by the evaluator's clock than the candidate's process
     reports, on top of ``clock_tolerance`` (verdict.corroborate); 0 means 0.1 ms on cuda and 1 ms on cpu."""

@@ -46,6 +46,7 @@ from kevin.evaluation.runs import RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
+from kevin.evaluation.verdict_memo import VerdictMemo, verdict_key
 from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status
 from kevin.records.verdicts import parse_error_verdict, rule_violation_verdict
 from kevin.tasks.task import Task
@@ -66,6 +67,7 @@ class Evaluator:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         self.baselines = BaselineCache(self.cache_dir / "baselines.json")
         self.compile_cache = CompileCache(self.cache_dir / "ext")
+        self.verdicts = VerdictMemo()  # consulted only under config.reuse_verdicts
         self._lock = threading.Lock()
         self._toolchain: Toolchain | None = None
         self._link_baseline = None  # builder.load_link_baseline: what every library of the toolchain holds
@@ -198,6 +200,10 @@ class Evaluator:
         payload = json.dumps({"source": source, "toolchain": t.key, "builder": BUILDER_VERSION, "backend": self.config.backend,
                               "rules": self.rules}, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+    def verdict_key(self, task: Task, candidate: Candidate) -> str:
+        """Identical candidates share this key (``reuse_verdicts``): the same task, the same source."""
+        return verdict_key(task.task_id, self._task_spec(task)["source"], candidate.source)
 
     def baseline_key(self, task: Task) -> str:
         return task_baseline_key(task, self.config, self.hardware)
@@ -430,6 +436,10 @@ class Evaluator:
         early = self.static_check(task, candidate)
         if early:
             return early
+        key = self.verdict_key(task, candidate) if self.config.reuse_verdicts else ""
+        known = self.verdicts.get(key, candidate) if key else None
+        if known is not None:
+            return known
         static_s = time.perf_counter() - start
         compiled = self.compile(candidate)
         if compiled.failure is not None:
@@ -439,6 +449,8 @@ class Evaluator:
             result = self.run_phase(task, candidate, compiled, device or self.devices()[0])
         result.times.static = static_s
         result.times.total = time.perf_counter() - start
+        if key:
+            self.verdicts.put(key, result)
         return result
 
     # -- batches -----------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarise(results: list[EvalResult]) -> dict:
-    """Counts per status, correctness share, speedups of correct kernels, compile-time percentiles."""
+    """Counts per status, correctness share, speedups of correct kernels, compile-time percentiles (of the
+    candidates that were built: a reused verdict spent no compile), and how many verdicts were reused."""
     counts = Counter(r.status.value for r in results)
     speedups = [r.speedup for r in results if r.correct]
     compile_s = [r.times.compile for r in results if r.compiled and r.times.compile > 0]
@@ -46,6 +47,7 @@ def summarise(results: list[EvalResult]) -> dict:
         "mean_score": statistics.fmean(r.score for r in results) if results else 0.0,
         "compile_s_median": percentile(compile_s, 50),
         "compile_s_p90": percentile(compile_s, 90),
+        "reused": sum(r.reused for r in results),
     }
 
 

@@ -92,6 +92,9 @@ class EvalResult:
     error: str = ""
     warnings: list[str] = field(default_factory=list)
     times: PhaseTimes = field(default_factory=PhaseTimes)
+    reused: bool = False
+    """The verdict of an identical candidate (same task, same source) this evaluator judged before: no compile or
+    run process was spent on this one (``EvalConfig.reuse_verdicts``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

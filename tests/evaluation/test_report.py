@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -78,10 +79,12 @@ def test_summary_compile_p90_is_not_below_the_median():
     two = [result("level1/01_relu", Status.CORRECT, compile_s=2.0, speedup=1.0),
            result("level1/02_x", Status.INCORRECT, compile_s=4.0),
            result("level1/03_y", Status.PARSE_ERROR)]  # not compiled: not in the compile figures
+    two.append(replace(two[0], candidate_id="again", reused=True, times=PhaseTimes()))  # no compile of its own
     s = summarise(two)
     assert s["compile_s_median"] == pytest.approx(3.0) and s["compile_s_p90"] == pytest.approx(3.8)
-    assert s["status_counts"] == {"correct": 1, "incorrect": 1, "parse_error": 1}
-    assert s["correct_share"] == pytest.approx(1 / 3) and s["mean_score"] == pytest.approx(1.3 / 3)
+    assert s["reused"] == 1 and s["candidates"] == 4
+    assert s["status_counts"] == {"correct": 2, "incorrect": 1, "parse_error": 1}
+    assert s["correct_share"] == pytest.approx(2 / 4) and s["mean_score"] == pytest.approx(2.6 / 4)
 
 
 # ------------------------------------------------------------------------------ column plan (pure)

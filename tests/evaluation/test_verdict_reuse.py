@@ -1,0 +1,126 @@
+"""Identical candidates judged once per evaluator (EvalConfig.reuse_verdicts): the memo's rules by hand, then real
+batches on the cpu backend, counting the run processes that judged them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
+from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused, verdict_key
+from kevin.records.evaluation import EvalResult, PhaseTimes
+from tests.conftest import RELU_BODY, cpp_solution
+
+
+def _verdict(status=Status.CORRECT, **kw) -> EvalResult:
+    return EvalResult(task_id="t", candidate_id="a", status=status, correct=status is Status.CORRECT, score=1.3,
+                      speedup=1.0, warnings=["w"], times=PhaseTimes(compile=2.0, timing=0.5, total=3.0), **kw)
+
+
+def test_what_is_reused_and_what_is_judged_again():
+    for status in (Status.CORRECT, Status.INCORRECT, Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.RULE_VIOLATION):
+        assert reusable(_verdict(status))
+    assert not reusable(_verdict(Status.TIMEOUT))  # the machine's moment as much as the candidate
+    assert not reusable(_verdict(Status.RULE_VIOLATION, rule_id="timing_mismatch"))  # the load can raise it
+    assert reusable(_verdict(Status.RULE_VIOLATION, rule_id="cuda_not_used"))
+    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="evaluator: worker w0 returned no verdict"))
+    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="task: the reference raised"))
+    assert reusable(_verdict(Status.RUNTIME_ERROR, error="killed by signal SIGSEGV"))
+
+
+def test_a_reused_verdict_is_the_repeats_own_and_costs_nothing():
+    first = _verdict()
+    copy = reused(first, Candidate("t", "src", candidate_id="b"))
+    assert copy.candidate_id == "b" and copy.reused and copy.times == PhaseTimes()
+    assert (copy.status, copy.score, copy.speedup, copy.warnings) == (first.status, 1.3, 1.0, ["w"])
+    copy.warnings.append("x")
+    assert first.warnings == ["w"] and first.candidate_id == "a" and not first.reused  # the first is untouched
+
+
+def test_the_key_is_the_task_and_the_source_byte_for_byte():
+    k = verdict_key("level1/01_relu", "task text", "src")
+    assert k == verdict_key("level1/01_relu", "task text", "src")
+    assert len({k, verdict_key("level1/02_gelu", "task text", "src"), verdict_key("level1/01_relu", "task text 2", "src"),
+                verdict_key("level1/01_relu", "task text", "src ")}) == 4
+    assert verdict_key("a\0b", "c", "d") != verdict_key("a", "b\0c", "d")  # fields cannot slide into each other
+
+
+def test_the_memo_keeps_the_first_reusable_verdict_of_a_key_and_the_newest_keys():
+    memo = VerdictMemo(capacity=2)
+    cand = Candidate("t", "s", candidate_id="c")
+    memo.put("k1", _verdict(Status.TIMEOUT))
+    assert memo.get("k1", cand) is None and len(memo) == 0
+    memo.put("k1", _verdict(Status.INCORRECT))
+    memo.put("k1", _verdict(Status.CORRECT))  # the first stays
+    assert memo.get("k1", cand).status is Status.INCORRECT and memo.hits == 1
+    memo.put("k2", reused(_verdict(), cand))  # a copy is never a source
+    assert memo.get("k2", cand) is None
+    memo.put("k2", _verdict())
+    memo.get("k1", cand)  # k1 used last: k2 is the oldest now
+    memo.put("k3", _verdict())
+    assert memo.get("k2", cand) is None and memo.get("k1", cand) is not None and memo.get("k3", cand) is not None
+    with pytest.raises(ValueError):
+        VerdictMemo(capacity=0)
+
+
+@pytest.fixture(scope="module")
+def config(cache_dir):
+    return EvalConfig(backend="cpu", timing_trials=20, warmup_trials=2, timeout_s=20, cache_dir=str(cache_dir),
+                      reuse_verdicts=True)
+
+
+GOOD = cpp_solution(RELU_BODY, name="t_reuse_ok")
+WRONG = cpp_solution(RELU_BODY.replace("in[i] > 0.f ? in[i] : 0.f", "in[i]"), name="t_reuse_wrong")
+CRASH = cpp_solution(RELU_BODY.replace("return y;", "volatile float* p = nullptr; *p = 1.0f; return y;"), name="t_reuse_segv")
+BROKEN = cpp_solution(RELU_BODY.replace("return y;", "return y  // no semicolon"), name="t_reuse_cerr")
+
+
+def _items(task, sources, prefix):
+    return [(task, Candidate(task.task_id, s, trajectory=i, candidate_id=f"{prefix}{i}")) for i, s in enumerate(sources)]
+
+
+def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(config, relu_task):
+    seen = []
+    with Evaluator(config) as ev:
+        results = ev.evaluate_many(_items(relu_task, [GOOD, GOOD, WRONG, BROKEN, GOOD, CRASH, BROKEN, CRASH], "a"),
+                                   progress=seen.append)
+        assert [r.candidate_id for r in results] == [f"a{i}" for i in range(8)]
+        assert [r.status for r in results] == [Status.CORRECT, Status.CORRECT, Status.INCORRECT, Status.COMPILE_ERROR,
+                                               Status.CORRECT, Status.RUNTIME_ERROR, Status.COMPILE_ERROR,
+                                               Status.RUNTIME_ERROR]
+        assert [r.reused for r in results] == [False, True, False, False, True, False, True, True]
+        assert len(ev.run_intervals) == 3 and len(ev.compile_intervals) == 4  # good, wrong, crash ran; 4 compiled
+        assert sorted(r.candidate_id for r in seen) == [f"a{i}" for i in range(8)]  # every verdict reported once
+        assert results[1].score == results[4].score == results[0].score > 0.3
+        assert results[1].times == PhaseTimes() and results[0].times.total > 0
+        assert ev.verdicts.hits == 0 and len(ev.verdicts) == 4
+
+        # The next turn repeats two of them and writes one new: only the new one is compiled and run.
+        again = ev.evaluate_many(_items(relu_task, [WRONG, GOOD, GOOD.replace("t_reuse_ok", "t_reuse_ok2")], "b"))
+        assert [(r.candidate_id, r.status, r.reused) for r in again] == [
+            ("b0", Status.INCORRECT, True), ("b1", Status.CORRECT, True), ("b2", Status.CORRECT, False)]
+        assert len(ev.run_intervals) == 1 and ev.verdicts.hits == 2
+        assert again[1].runtime_ms == results[0].runtime_ms  # the same measurement, not a new one
+
+        # One candidate at a time goes through the same memo.
+        single = ev.evaluate(relu_task, Candidate(relu_task.task_id, CRASH, candidate_id="c"))
+        assert (single.candidate_id, single.status, single.reused) == ("c", Status.RUNTIME_ERROR, True)
+
+
+def test_without_reuse_every_candidate_is_judged(config, relu_task):
+    with Evaluator(replace(config, reuse_verdicts=False)) as ev:
+        results = ev.evaluate_many(_items(relu_task, [GOOD, GOOD, GOOD], "n"))
+        assert [r.status for r in results] == [Status.CORRECT] * 3 and not any(r.reused for r in results)
+        assert len(ev.run_intervals) == 3 and len(ev.verdicts) == 0
+
+
+def test_repeats_of_a_timeout_are_each_judged(config, relu_task):
+    hang = cpp_solution(RELU_BODY.replace("return y;", "volatile int spin = 1; while (spin) {} return y;"),
+                        name="t_reuse_hang")
+    with Evaluator(replace(config, timeout_s=5)) as ev:
+        results = ev.evaluate_many(_items(relu_task, [hang, hang], "h"))
+        assert [(r.status, r.reused) for r in results] == [(Status.TIMEOUT, False), (Status.TIMEOUT, False)]
+        assert len(ev.run_intervals) == 2  # the second had a process of its own (its build from the cache)
+        later = ev.evaluate_many(_items(relu_task, [hang], "l"))
+        assert later[0].status is Status.TIMEOUT and not later[0].reused and len(ev.run_intervals) == 1
