@@ -202,7 +202,7 @@ class TrainingRun(RunTracking):
         for step in range(self.next_step):
             path = self._dir(step) / KERNELS_FILE
             if path.is_file():
-                self.monitor.solved.update(solved_tasks((r["task_id"], r["correct"]) for r in read_jsonl(path)))
+                self.monitor.remember(solved_tasks((r["task_id"], r["correct"]) for r in read_jsonl(path)))
 
     # ------------------------------------------------------------------------------------------ helpers
 

@@ -156,7 +156,7 @@ class CollapseMonitor:
         self.opening, self.opening_share = opening, opening_share
         self.history.append(row)
         self._last_step = step
-        self.solved.update({task: bool(ok) for task, ok in (solved or {}).items()})
+        self.remember(solved or {})
         if len(self.history) > cfg.min_steps:
             alerts += self._check(step, row)
         for alert in alerts:
@@ -225,6 +225,12 @@ class CollapseMonitor:
             "last_step": self._last_step,
             "solved": dict(self.solved),
         }
+
+    def remember(self, solved: Mapping[str, bool]) -> None:
+        """Record each task's latest draw (task -> whether any of its kernels was correct) for ``forgotten_share``:
+        ``observe`` does it for every step; a resume from a checkpoint written before the monitor kept it replays
+        the steps' verdicts through here."""
+        self.solved.update({task: bool(ok) for task, ok in solved.items()})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.opening = state["opening"]
