@@ -89,9 +89,9 @@ class EvalConfig(Settings):
     reuse_verdicts: bool = False
     """Judge identical candidates (same task, same source) once per evaluator: the repeats get the first verdict,
     marked ``reused`` (kevin/evaluation/verdict_memo.py says what is never reused). A rollout repeats itself a lot
-    (its trajectories agree, a second turn keeps its first): params.yaml turns it on for training and ``kevin
-    evaluate``. Off here, so a library caller judging one kernel again (a timing study, a test that the next
-    candidate is unharmed) gets a fresh judgement."""
+    (its trajectories agree, a second turn keeps its first): a run's settings (``RunConfig``, params.yaml) turn it
+    on for training and ``kevin evaluate``. Off here, so a library caller judging one kernel again (a timing study,
+    a test that the next candidate is unharmed) gets a fresh judgement."""
 
     clock_slack_ms: float = 0.0
     """How much longer (ms) a timed call may have taken by the evaluator's clock than the candidate's process
