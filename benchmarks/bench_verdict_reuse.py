@@ -5,8 +5,8 @@
 A rollout of our concise level-1 answers (data/warmstart/<backend>/level1), shaped as the H200 learning runs'
 rollouts are: per task four trajectories, of which two write the same answer and two answers of their own, and a
 second turn that repeats the first (`python scripts/repeats_in_run.py outputs/<run>` counts them in a real run:
-the fifth run's first steps ran 3 to 11 distinct answers among 12 to 20 judged). Each turn is one batch, as a
-training step's is. Every build is made once before the clock starts (a primed compile cache, as identical
+the fifth run's first steps built and ran 12 to 20 kernels a step, at most 3 to 11 of them distinct). Each turn is
+one batch, as a training step's is. Every build is made once before the clock starts (a primed compile cache, as identical
 sources share one build either way), so what the two columns differ in is the run phase alone: the serial part,
 one candidate at a time on the device. Rounds alternate which mode goes first.
 """

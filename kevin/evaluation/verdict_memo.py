@@ -2,9 +2,10 @@
 
 A rollout judges the same kernel many times: a task's trajectories often write the same answer, and a second turn
 often repeats its first. The fifth H200 learning run's first four steps ran 12 to 20 candidates a step through the
-run phase, of which 3 to 11 were distinct; each run phase holds the GPU alone for about 3 s, so the repeats were
-most of a step's serial GPU time. A candidate's verdict depends only on the task, its source and the evaluator's
-settings, all fixed within one evaluator; so the first verdict stands for every identical candidate after it.
+run phase, of which at most 3 to 11 were distinct; each run phase holds the GPU alone for about 3 s, so the repeats
+were most of a step's serial GPU time. A candidate's verdict depends on the task, its source and the evaluator's
+settings, all fixed within one evaluator, and otherwise only on the judge's draws and the timing's noise; so the
+first verdict stands for every identical candidate after it.
 
 What the reuse does not change: every candidate still passes the static rules itself (cheap, and they decide
 nothing a repeat could change); the expected reward of a repeated answer is what judging it again would give (the
