@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save, scratch_dir  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
 from kevin.evaluation.candidates import reference_candidates  # noqa: E402
 from kevin.evaluation.report import summarise  # noqa: E402
@@ -123,7 +123,7 @@ def ours_serial_compile_seconds(backend: str, items: list, k: int, headers_from:
     nvcc's two chains at once)."""
     out = []
     for task, cand in items[:k]:
-        cache = tempfile.mkdtemp(prefix="kevin-bench-serial-")
+        cache = scratch_dir("kevin-bench-serial-")
         if headers_from:
             os.symlink(os.path.join(headers_from, "headers"), os.path.join(cache, "headers"))
         ev = Evaluator(EvalConfig(backend=backend, cache_dir=cache, compile_workers=1))
@@ -140,7 +140,7 @@ def other_checkout_per_minute(folder: str, backend: str, n: int) -> tuple[float,
     """Candidates per minute of the same benchmark in another checkout (its own process and cold cache)."""
     folder = os.path.abspath(folder)  # the other benchmark runs in that folder: a relative path would count twice
     cmd = [sys.executable, os.path.join(folder, "benchmarks", "bench_eval.py"), "--backend", backend, "--n", str(n),
-           "--stock", "0", "--cache", tempfile.mkdtemp(prefix="kevin-bench-other-")]
+           "--stock", "0", "--cache", scratch_dir("kevin-bench-other-")]
     env = {**os.environ, "PYTHONPATH": folder}
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder, env=env, timeout=3000)
     for line in proc.stdout.splitlines():
@@ -166,7 +166,7 @@ def main() -> None:
         stock = stock_compile_seconds([it for it in items if not it[1].candidate_id.startswith("broken")], args.stock)
         print(json.dumps({"stock_load_inline_compile_s": stock, "tasks": [t.task_id for t, _ in items[: len(stock)]]}))
         return
-    cache = args.cache or tempfile.mkdtemp(prefix="kevin-bench-cache-")
+    cache = args.cache or scratch_dir("kevin-bench-cache-")
     cfg = EvalConfig(backend=args.backend, cache_dir=cache, compile_workers=args.workers)
     ev = Evaluator(cfg)
     # Baselines are cached per task x hardware, and the compile headers per machine; make both first so the

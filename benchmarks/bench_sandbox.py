@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save, scratch_dir  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
 from kevin.evaluation.isolation import SandboxConfig  # noqa: E402
 from kevin.evaluation.kernel_filters import landlock_abi  # noqa: E402
@@ -34,7 +33,7 @@ def main() -> None:
     args = ap.parse_args()
     task = [t for t in load_bundled_suite((1,)) if t.name == args.task][0]
     source = (bundled_solutions_dir(args.backend) / "level1" / f"{task.name}.py").read_text()
-    cache = tempfile.mkdtemp(prefix="kevin-sbx-")
+    cache = scratch_dir("kevin-sbx-")
     modes = {"on": SandboxConfig(network="on", filesystem="on", seccomp="on", cgroup="on"),
              "off": SandboxConfig(network="off", filesystem="off", seccomp="off", cgroup="off")}
     walls: dict[str, list[float]] = {}

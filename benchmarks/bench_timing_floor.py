@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save, raise_share  # noqa: E402
+from benchmarks.common import print_and_save, raise_share, scratch_dir  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, runs  # noqa: E402
 from kevin.tasks.loader import find_task, load_tasks  # noqa: E402
 from tests.conftest import RELU_BODY, cpp_solution  # noqa: E402
@@ -43,7 +42,7 @@ def main() -> None:
     shares: dict[str, list[float]] = {"floor": [], "no floor": []}
     forgery: dict[str, list[float]] = {"floor": [], "no floor": []}
     config = EvalConfig(backend=args.backend, timing_trials=20, warmup_trials=2, timeout_s=30, rules=RELAXED,
-                        cache_dir=tempfile.mkdtemp(prefix="kevin-floor-"))
+                        cache_dir=scratch_dir("kevin-floor-"))
     with Evaluator(config) as ev:
         for _ in range(args.rounds):
             for mode in ("floor", "no floor"):

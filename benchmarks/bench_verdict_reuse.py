@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save, scratch_dir  # noqa: E402
 from kevin.evaluation import Candidate, EvalConfig, Evaluator  # noqa: E402
 from kevin.tasks.loader import find_task, load_tasks  # noqa: E402
 
@@ -70,11 +69,9 @@ def main() -> None:
     folder = REPO / "data" / "warmstart" / args.backend / "level1"
     honest = [(find_task(tasks, f"level1/{p.stem}"), p.read_text()) for p in sorted(folder.glob("*.py"))][:args.tasks]
     turns = rollout(honest)
-    with tempfile.TemporaryDirectory(prefix="kevin-reuse-") as cache:  # a gigabyte of headers: gone afterwards
-        report = measure(args, honest, turns, EvalConfig(
-            backend=args.backend, cache_dir=cache,
-            **({"timing_trials": 20, "warmup_trials": 2, "timeout_s": 30} if args.backend == "cpu" else {})))
-    print_and_save(report, args.out)
+    base = EvalConfig(backend=args.backend, cache_dir=scratch_dir("kevin-reuse-"),
+                      **({"timing_trials": 20, "warmup_trials": 2, "timeout_s": 30} if args.backend == "cpu" else {}))
+    print_and_save(measure(args, honest, turns, base), args.out)
 
 
 def measure(args: argparse.Namespace, honest: list, turns: list, base: EvalConfig) -> str:

@@ -23,14 +23,13 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from benchmarks.common import print_and_save  # noqa: E402
+from benchmarks.common import print_and_save, scratch_dir  # noqa: E402
 
 
 def load_kernelbench(root: str) -> types.ModuleType:
@@ -71,7 +70,7 @@ def _kb_eval(root: str, ref_src: str, source: str, build_dir: str, queue) -> Non
 
 def run_kernelbench(root: str, items: list, workers: int, timeout: float) -> tuple[list[dict], float, list[float]]:
     ctx = mp.get_context("spawn")
-    build_root = tempfile.mkdtemp(prefix="kb-build-")
+    build_root = scratch_dir("kb-build-")
     dirs = [os.path.join(build_root, str(i)) for i in range(len(items))]
     start = time.perf_counter()
     with ctx.Pool(workers) as pool:
@@ -105,7 +104,7 @@ def main() -> None:
 
     kb_verdicts, kb_wall, kb_compile = run_kernelbench(args.kernelbench, items, workers, 180.0)
 
-    ev = Evaluator(EvalConfig(backend="cuda", cache_dir=tempfile.mkdtemp(prefix="kevin-vs-kb-")))
+    ev = Evaluator(EvalConfig(backend="cuda", cache_dir=scratch_dir("kevin-vs-kb-")))
     start = time.perf_counter()
     ours = ev.evaluate_many(items, show_progress=True)
     our_wall = time.perf_counter() - start

@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import re
+import shutil
+import tempfile
 from pathlib import Path
+
+
+def scratch_dir(prefix: str) -> str:
+    """A fresh temporary folder, removed when the benchmark's process exits: an evaluator's cache in it holds about a
+    gigabyte of precompiled headers, and folders left behind by benchmarks once filled the disk CI shares."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def print_and_save(text: str, out: str) -> None:
