@@ -210,6 +210,7 @@ case "$STAGE" in
     timeout -s ABRT -k 10 "$left" python3 -m kevin_cli train $PARAMS --resume ${VERBOSE:+--verbose} \
       --set experiment.time_limit_s=$((left - 30)) ${SET:-} 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
     python3 -m kevin_cli learning "$RUN" 2>&1 | tail -40
+    python3 scripts/repeats_in_run.py "$RUN" 2>&1 | tail -8  # the kernels a step judged, and the repeats reused
     pack_run ;;
   eval)
     # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the
