@@ -28,7 +28,7 @@ from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
 from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused
-from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
@@ -219,7 +219,8 @@ class Batch:
             except Exception as exc:  # a verdict, never a lost item
                 job[0].cancel()
                 result = score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=ev.config.backend,
-                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
+                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}"),
+                                          fault=Fault.EVALUATOR))
             self.run_intervals.append((device, began, time.monotonic()))
             self._show("advance", "running")
             _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device,

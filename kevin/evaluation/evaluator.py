@@ -47,7 +47,7 @@ from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
 from kevin.evaluation.verdict_memo import VerdictMemo, verdict_key
-from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status
+from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status
 from kevin.records.verdicts import parse_error_verdict, rule_violation_verdict
 from kevin.tasks.task import Task
 
@@ -303,7 +303,7 @@ class Evaluator:
                compiled: bool = False) -> EvalResult:
         """The verdict of a candidate stopped by ``failure`` before its run (or, ``compiled``, by its task's)."""
         result = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=failure.status, backend=self.config.backend,
-                            rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []))
+                            rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []), fault=failure.fault)
         result.error = failure.message if not failure.error else (f"{failure.message}: {failure.error}" if failure.message else failure.error)
         if failure.status in (Status.COMPILE_ERROR,):
             result.error = failure.error or failure.message
@@ -370,7 +370,7 @@ class Evaluator:
             if started:
                 started[0].cancel()
             return self.failed(task, candidate, Failure(Status.RUNTIME_ERROR, "the task's reference could not be timed",
-                                                         f"task: {exc}"), compiled=True)
+                                                         f"task: {exc}", fault=Fault.TASK), compiled=True)
         if started is not None and started[0].died():
             # Ended before its turn (its set-up failed, or something killed it) before any code of its own
             # ran: not its doing, so it gets a fresh process, now.
@@ -416,7 +416,8 @@ class Evaluator:
                 plan.layout = self.layout(task, device)
             except JudgeError as exc:  # the task's inputs or outputs cannot go through a channel: not the candidate's doing
                 job.cancel()
-                return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}"))
+                return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}",
+                                                fault=Fault.TASK))
             driver = RunDriver(job, self.judge(device), plan, self._layers())
             try:
                 return driver.run()
