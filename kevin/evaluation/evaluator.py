@@ -211,6 +211,19 @@ class Evaluator:
     def _task_spec(self, task: Task) -> dict[str, str]:
         return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
 
+    # -- verdicts of repeats -----------------------------------------------------------------------
+
+    def known_verdict(self, key: str, candidate: Candidate) -> EvalResult | None:
+        """The verdict kept for ``key`` (``verdict_key``) as ``candidate``'s own, marked ``reused``; None when
+        no identical candidate was judged before, or its verdict was the moment's. Asked under
+        ``config.reuse_verdicts`` only (a batch's repeats of a timeout are judged without it)."""
+        return self.verdicts.get(key, candidate)
+
+    def remember_verdict(self, key: str, result: EvalResult) -> None:
+        """Keep ``result`` for the repeats of its candidate (``key``), unless it is the moment's
+        (``verdict_memo.reusable``) or itself a copy."""
+        self.verdicts.put(key, result)
+
     # -- baselines ---------------------------------------------------------------------------------
 
     def _time_references(self, tasks: list[Task], device: str | None,
@@ -437,8 +450,9 @@ class Evaluator:
         early = self.static_check(task, candidate)
         if early:
             return early
-        key = self.verdict_key(task, candidate) if self.config.reuse_verdicts else ""
-        known = self.verdicts.get(key, candidate) if key else None
+        reuse = self.config.reuse_verdicts
+        key = self.verdict_key(task, candidate) if reuse else ""
+        known = self.known_verdict(key, candidate) if reuse else None
         if known is not None:
             return known
         static_s = time.perf_counter() - start
@@ -450,8 +464,8 @@ class Evaluator:
             result = self.run_phase(task, candidate, compiled, device or self.devices()[0])
         result.times.static = static_s
         result.times.total = time.perf_counter() - start
-        if key:
-            self.verdicts.put(key, result)
+        if reuse:
+            self.remember_verdict(key, result)
         return result
 
     # -- batches -----------------------------------------------------------------------------------

@@ -146,6 +146,11 @@ def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(conf
         # One candidate at a time goes through the same memo.
         single = ev.evaluate(relu_task, Candidate(relu_task.task_id, CRASH, candidate_id="c"))
         assert (single.candidate_id, single.status, single.reused) == ("c", Status.RUNTIME_ERROR, True)
+        # ... both ways: what it judges, a later batch reuses.
+        broken = BROKEN.replace("t_reuse_cerr", "t_reuse_cerr2")
+        assert not ev.evaluate(relu_task, Candidate(relu_task.task_id, broken, candidate_id="d")).reused
+        later = ev.evaluate_many(_items(relu_task, [broken], "d"))
+        assert [(r.status, r.reused) for r in later] == [(Status.COMPILE_ERROR, True)] and not ev.compile_intervals
 
 
 def test_without_reuse_every_candidate_is_judged(config, relu_task):
