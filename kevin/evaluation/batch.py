@@ -119,9 +119,14 @@ class BatchHost(Protocol):
 
 
 class Batch:
-    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix."""
+    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix.
 
-    def __init__(self, ev: BatchHost, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool):
+    ``reuse``: False judges every item itself even under ``config.reuse_verdicts`` (the repeats of a verdict that
+    was the moment's, a batch of their own); True reuses verdicts when the config says so.
+    """
+
+    def __init__(self, ev: BatchHost, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool,
+                 reuse: bool = True):
         self.ev, self.items, self.progress = ev, items, progress
         self.results: list[EvalResult | None] = [None] * len(items)
         self.compiled: dict[int, Compiled] = {}
@@ -133,7 +138,7 @@ class Batch:
         self._lock = threading.Lock()
         # Under reuse_verdicts: each judged item's key, the identical items waiting for its verdict, and those whose
         # first's verdict could not stand for them (judged after the batch's others, ``run``).
-        self.reuse = ev.config.reuse_verdicts
+        self.reuse = reuse and ev.config.reuse_verdicts
         self.keys: dict[int, str] = {}
         self.first: dict[str, int] = {}
         self.followers: dict[int, list[int]] = {}
@@ -268,9 +273,10 @@ class Batch:
             t.join()
         if self.bar:
             self.bar.close()
-        if self.again:  # repeats of a candidate whose verdict was the moment's (a timeout): each judged on its own
-            rest = Batch(ev, [self.items[i] for i in self.again], None, False)
-            rest.reuse = False
+        if self.again:
+            # Repeats of a candidate whose verdict was the moment's (a timeout, a failure not the candidate's): each
+            # judged on its own, not grouped again behind one of them.
+            rest = Batch(ev, [self.items[i] for i in self.again], None, False, reuse=False)
             for i, result in zip(self.again, rest.run()):
                 self.done(i, result)
             self.run_intervals += rest.run_intervals
