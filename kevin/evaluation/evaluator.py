@@ -74,6 +74,7 @@ class Evaluator:
         self._judges: dict[str, JudgeClient] = {}
         self._judge_locks: dict[str, threading.Lock] = {}
         self._layouts: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._rendered_tasks: dict[tuple[str, str], str] = {}  # _rendered: (task source, profile) -> rendered source
         self._protected = False
         self._switch_interval: float | None = None  # Python's own, while ours is in force (config.switch_interval_s)
         self.gpu_names, self.arch, self.hardware = machine(self.config.backend)
@@ -203,13 +204,25 @@ class Evaluator:
 
     def verdict_key(self, task: Task, candidate: Candidate) -> str:
         """Identical candidates share this key (``reuse_verdicts``): the same task, the same source."""
-        return verdict_key(task.task_id, self._task_spec(task)["source"], candidate.source)
+        return verdict_key(task.task_id, self._rendered(task), candidate.source)
 
     def baseline_key(self, task: Task) -> str:
         return task_baseline_key(task, self.config, self.hardware)
 
     def _task_spec(self, task: Task) -> dict[str, str]:
-        return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
+        return {"task_id": task.task_id, "source": self._rendered(task)}
+
+    def _rendered(self, task: Task) -> str:
+        """The task's source at this evaluator's sizes, rendered once per task: each candidate's verdict key, static
+        rules and run plan need it, and a render parses the task's source twice."""
+        profile = self.config.resolved_profile
+        # Keyed by what the render reads, not the task id, which an edited task keeps. Two threads may both render
+        # a task the first time: the same text, the later one kept.
+        key = (task.source, profile)
+        rendered = self._rendered_tasks.get(key)
+        if rendered is None:
+            rendered = self._rendered_tasks[key] = task.render(profile)
+        return rendered
 
     # -- verdicts of repeats -----------------------------------------------------------------------
 
@@ -301,7 +314,7 @@ class Evaluator:
         if problem:
             result = parse_error_verdict(task.task_id, candidate.key, problem, self.config.backend)
             return self._finish(result, start)
-        hits = static_hits(candidate.source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
+        hits = static_hits(candidate.source, self.config.backend, self.rules, self._rendered(task))
         if hits:
             return self._finish(rule_violation_verdict(task.task_id, candidate.key, hits[0].rule_id, hits[0].describe(),
                                                       self.config.backend), start)

@@ -90,6 +90,19 @@ def _items(task, sources, prefix):
     return [(task, Candidate(task.task_id, s, trajectory=i, candidate_id=f"{prefix}{i}")) for i, s in enumerate(sources)]
 
 
+def test_the_task_is_rendered_once_for_every_candidates_key(config, relu_task, monkeypatch):
+    import kevin.tasks.task as task_module
+
+    real, renders = task_module.render_profile, []
+    monkeypatch.setattr(task_module, "render_profile", lambda source, profile: renders.append(profile) or real(source, profile))
+    with Evaluator(config) as ev:
+        keys = [ev.verdict_key(relu_task, Candidate(relu_task.task_id, s)) for s in ("a", "b", "a")]
+        assert keys[0] == keys[2] != keys[1] and len(renders) == 1
+        assert keys[1] == verdict_key(relu_task.task_id, real(relu_task.source, config.resolved_profile), "b")
+        edited = replace(relu_task, source=relu_task.source + "\n# edited\n")  # the same id, another task
+        assert ev.verdict_key(edited, Candidate(relu_task.task_id, "b")) != keys[1] and len(renders) == 2
+
+
 def _raise(exc):
     raise exc
 
