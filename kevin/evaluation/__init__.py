@@ -14,6 +14,7 @@ _EXPORTS = {
     "feedback_line": "kevin.records.verdicts",
     "Candidate": "kevin.records.evaluation",
     "EvalResult": "kevin.records.evaluation",
+    "Fault": "kevin.records.evaluation",
     "PhaseTimes": "kevin.records.evaluation",
     "Status": "kevin.records.evaluation",
     "kernel_score": "kevin.records.evaluation",

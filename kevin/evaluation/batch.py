@@ -27,8 +27,8 @@ from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
-from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused
-from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status, trim_error
+from kevin.evaluation.verdict_memo import reusable, reused
+from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
 _log = logging.getLogger(__name__)
@@ -89,14 +89,16 @@ class BatchHost(Protocol):
     compile_slots: CompileSlots
     prestart: int
     """Run jobs started ahead of their turn on each device (0 on cpu: they would take the timed run's cores)."""
-    verdicts: VerdictMemo
-    """Verdicts of candidates judged before, for their repeats (under ``config.reuse_verdicts``)."""
 
     def devices(self) -> list[str]: ...
 
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None: ...
 
     def verdict_key(self, task: Task, candidate: Candidate) -> str: ...
+
+    def known_verdict(self, key: str, candidate: Candidate) -> EvalResult | None: ...
+
+    def remember_verdict(self, key: str, result: EvalResult) -> None: ...
 
     def baseline_key(self, task: Task) -> str: ...
 
@@ -117,9 +119,14 @@ class BatchHost(Protocol):
 
 
 class Batch:
-    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix."""
+    """One ``evaluate_many`` call: its own queues and results, so calls on one evaluator do not mix.
 
-    def __init__(self, ev: BatchHost, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool):
+    ``reuse``: False judges every item itself even under ``config.reuse_verdicts`` (the repeats of a verdict that
+    was the moment's, a batch of their own); True reuses verdicts when the config says so.
+    """
+
+    def __init__(self, ev: BatchHost, items: list[tuple[Task, Candidate]], progress: ProgressFn | None, show: bool,
+                 reuse: bool = True):
         self.ev, self.items, self.progress = ev, items, progress
         self.results: list[EvalResult | None] = [None] * len(items)
         self.compiled: dict[int, Compiled] = {}
@@ -131,7 +138,7 @@ class Batch:
         self._lock = threading.Lock()
         # Under reuse_verdicts: each judged item's key, the identical items waiting for its verdict, and those whose
         # first's verdict could not stand for them (judged after the batch's others, ``run``).
-        self.reuse = ev.config.reuse_verdicts
+        self.reuse = reuse and ev.config.reuse_verdicts
         self.keys: dict[int, str] = {}
         self.first: dict[str, int] = {}
         self.followers: dict[int, list[int]] = {}
@@ -144,7 +151,7 @@ class Batch:
         if self.progress:
             self.progress(result)
         if i in self.keys:
-            self.ev.verdicts.put(self.keys[i], result)
+            self.ev.remember_verdict(self.keys[i], result)
         if waiting and not reusable(result):
             with self._lock:
                 self.again.extend(waiting)
@@ -157,7 +164,7 @@ class Batch:
         it is neither compiled nor run), True when it is to be judged."""
         task, cand = self.items[i]
         key = self.ev.verdict_key(task, cand)
-        known = self.ev.verdicts.get(key, cand)
+        known = self.ev.known_verdict(key, cand)
         if known is not None:
             self.done(i, known)
             return False
@@ -219,7 +226,8 @@ class Batch:
             except Exception as exc:  # a verdict, never a lost item
                 job[0].cancel()
                 result = score(EvalResult(task_id=task.task_id, candidate_id=cand.key, backend=ev.config.backend,
-                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}")))
+                                          status=Status.RUNTIME_ERROR, error=trim_error(f"evaluator: {exc}"),
+                                          fault=Fault.EVALUATOR))
             self.run_intervals.append((device, began, time.monotonic()))
             self._show("advance", "running")
             _log.debug("run phase of %s on %s: %.1f s wall, %s %s, phases %s%s", cand.key, device,
@@ -265,9 +273,10 @@ class Batch:
             t.join()
         if self.bar:
             self.bar.close()
-        if self.again:  # repeats of a candidate whose verdict was the moment's (a timeout): each judged on its own
-            rest = Batch(ev, [self.items[i] for i in self.again], None, False)
-            rest.reuse = False
+        if self.again:
+            # Repeats of a candidate whose verdict was the moment's (a timeout, a failure not the candidate's): each
+            # judged on its own, not grouped again behind one of them.
+            rest = Batch(ev, [self.items[i] for i in self.again], None, False, reuse=False)
             for i, result in zip(self.again, rest.run()):
                 self.done(i, result)
             self.run_intervals += rest.run_intervals

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kevin.evaluation.hardware import default_compile_workers
-from kevin.records.evaluation import Candidate, EvalResult, Status, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, Fault, Status, trim_error
 from kevin.records.target import KernelTarget
 from kevin.settings import Settings
 from kevin.tasks.task import Task
@@ -225,7 +225,7 @@ def lost_verdict(task: Task, candidate: Candidate, backend: str, why: str) -> Ev
     from kevin.evaluation.verdict import score
 
     return score(EvalResult(task_id=task.task_id, candidate_id=candidate.key, backend=backend, status=Status.RUNTIME_ERROR,
-                            error=trim_error(f"evaluator: {why}")))
+                            error=trim_error(f"evaluator: {why}"), fault=Fault.EVALUATOR))
 
 
 # ----------------------------------------------------------------------------------------- records

@@ -47,7 +47,7 @@ from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
 from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
 from kevin.evaluation.verdict_memo import VerdictMemo, verdict_key
-from kevin.records.evaluation import Candidate, EvalResult, ProgressFn, Status
+from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status
 from kevin.records.verdicts import parse_error_verdict, rule_violation_verdict
 from kevin.tasks.task import Task
 
@@ -74,6 +74,7 @@ class Evaluator:
         self._judges: dict[str, JudgeClient] = {}
         self._judge_locks: dict[str, threading.Lock] = {}
         self._layouts: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._rendered_tasks: dict[tuple[str, str], str] = {}  # _rendered: (task source, profile) -> rendered source
         self._protected = False
         self._switch_interval: float | None = None  # Python's own, while ours is in force (config.switch_interval_s)
         self.gpu_names, self.arch, self.hardware = machine(self.config.backend)
@@ -203,13 +204,38 @@ class Evaluator:
 
     def verdict_key(self, task: Task, candidate: Candidate) -> str:
         """Identical candidates share this key (``reuse_verdicts``): the same task, the same source."""
-        return verdict_key(task.task_id, self._task_spec(task)["source"], candidate.source)
+        return verdict_key(task.task_id, self._rendered(task), candidate.source)
 
     def baseline_key(self, task: Task) -> str:
         return task_baseline_key(task, self.config, self.hardware)
 
     def _task_spec(self, task: Task) -> dict[str, str]:
-        return {"task_id": task.task_id, "source": task.render(self.config.resolved_profile)}
+        return {"task_id": task.task_id, "source": self._rendered(task)}
+
+    def _rendered(self, task: Task) -> str:
+        """The task's source at this evaluator's sizes, rendered once per task: each candidate's verdict key, static
+        rules and run plan need it, and a render parses the task's source twice."""
+        profile = self.config.resolved_profile
+        # Keyed by what the render reads, not the task id, which an edited task keeps. Two threads may both render
+        # a task the first time: the same text, the later one kept.
+        key = (task.source, profile)
+        rendered = self._rendered_tasks.get(key)
+        if rendered is None:
+            rendered = self._rendered_tasks[key] = task.render(profile)
+        return rendered
+
+    # -- verdicts of repeats -----------------------------------------------------------------------
+
+    def known_verdict(self, key: str, candidate: Candidate) -> EvalResult | None:
+        """The verdict kept for ``key`` (``verdict_key``) as ``candidate``'s own, marked ``reused``; None when
+        no identical candidate was judged before, or its verdict was the moment's. Asked under
+        ``config.reuse_verdicts`` only (a batch's repeats of a timeout are judged without it)."""
+        return self.verdicts.get(key, candidate)
+
+    def remember_verdict(self, key: str, result: EvalResult) -> None:
+        """Keep ``result`` for the repeats of its candidate (``key``), unless it is the moment's
+        (``verdict_memo.reusable``) or itself a copy."""
+        self.verdicts.put(key, result)
 
     # -- baselines ---------------------------------------------------------------------------------
 
@@ -288,7 +314,7 @@ class Evaluator:
         if problem:
             result = parse_error_verdict(task.task_id, candidate.key, problem, self.config.backend)
             return self._finish(result, start)
-        hits = static_hits(candidate.source, self.config.backend, self.rules, task.render(self.config.resolved_profile))
+        hits = static_hits(candidate.source, self.config.backend, self.rules, self._rendered(task))
         if hits:
             return self._finish(rule_violation_verdict(task.task_id, candidate.key, hits[0].rule_id, hits[0].describe(),
                                                       self.config.backend), start)
@@ -303,7 +329,7 @@ class Evaluator:
                compiled: bool = False) -> EvalResult:
         """The verdict of a candidate stopped by ``failure`` before its run (or, ``compiled``, by its task's)."""
         result = EvalResult(task_id=task.task_id, candidate_id=candidate.key, status=failure.status, backend=self.config.backend,
-                            rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []))
+                            rule_id=failure.rule_id, compiled=compiled, warnings=list(warnings or []), fault=failure.fault)
         result.error = failure.message if not failure.error else (f"{failure.message}: {failure.error}" if failure.message else failure.error)
         if failure.status in (Status.COMPILE_ERROR,):
             result.error = failure.error or failure.message
@@ -370,7 +396,7 @@ class Evaluator:
             if started:
                 started[0].cancel()
             return self.failed(task, candidate, Failure(Status.RUNTIME_ERROR, "the task's reference could not be timed",
-                                                         f"task: {exc}"), compiled=True)
+                                                         f"task: {exc}", fault=Fault.TASK), compiled=True)
         if started is not None and started[0].died():
             # Ended before its turn (its set-up failed, or something killed it) before any code of its own
             # ran: not its doing, so it gets a fresh process, now.
@@ -416,7 +442,8 @@ class Evaluator:
                 plan.layout = self.layout(task, device)
             except JudgeError as exc:  # the task's inputs or outputs cannot go through a channel: not the candidate's doing
                 job.cancel()
-                return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}"))
+                return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}",
+                                                fault=Fault.TASK))
             driver = RunDriver(job, self.judge(device), plan, self._layers())
             try:
                 return driver.run()
@@ -436,8 +463,9 @@ class Evaluator:
         early = self.static_check(task, candidate)
         if early:
             return early
-        key = self.verdict_key(task, candidate) if self.config.reuse_verdicts else ""
-        known = self.verdicts.get(key, candidate) if key else None
+        reuse = self.config.reuse_verdicts
+        key = self.verdict_key(task, candidate) if reuse else ""
+        known = self.known_verdict(key, candidate) if reuse else None
         if known is not None:
             return known
         static_s = time.perf_counter() - start
@@ -449,8 +477,8 @@ class Evaluator:
             result = self.run_phase(task, candidate, compiled, device or self.devices()[0])
         result.times.static = static_s
         result.times.total = time.perf_counter() - start
-        if key:
-            self.verdicts.put(key, result)
+        if reuse:
+            self.remember_verdict(key, result)
         return result
 
     # -- batches -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.evaluation.protocol import Received
-from kevin.records.evaluation import Status, trim_error
+from kevin.records.evaluation import Fault, Status, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
                                       forbidden_ops, kernel_time_problem, measure_overhead, corroborated_ms, clock_ms)
@@ -56,10 +56,11 @@ def reported_failure(message: dict[str, Any]) -> Failure:
     """A harness's own report of a failure (an unknown status counts as a runtime error)."""
     status = REPORTABLE.get(message.get("status"), Status.RUNTIME_ERROR)
     text, error = str(message.get("message", ""))[:2000], trim_error(str(message.get("error", "")))
+    fault = Fault.CANDIDATE
     if message.get("status") == "task_error":
-        text = f"the task could not be evaluated ({text})"
+        text, fault = f"the task could not be evaluated ({text})", Fault.TASK
     rule = str(message.get("rule_id", ""))[:60] if status is Status.RULE_VIOLATION else ""
-    return Failure(status, text, error, rule)
+    return Failure(status, text, error, rule, fault)
 
 
 def ended_without_verdict(what: str, end: ProcessEnd, layers: list[str]) -> Failure:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from kevin.records.evaluation import EvalResult, PhaseTimes, Status, kernel_score
+from kevin.records.evaluation import EvalResult, Fault, PhaseTimes, Status, kernel_score
 
 
 @dataclass
@@ -188,6 +188,8 @@ class Failure:
     message: str = ""
     error: str = ""
     rule_id: str = ""
+    fault: Fault = Fault.CANDIDATE
+    """Whose failure it is (``EvalResult.fault``): the task's when its reference could not be loaded, timed or laid out."""
 
 
 @dataclass
@@ -219,7 +221,7 @@ def assemble(task_id: str, candidate_id: str, backend: str, facts: RunFacts, bas
                                     correctness=t.get("correctness", 0.0), profile=t.get("profile", 0.0),
                                     timing=t.get("timing", 0.0), total=facts.wall_seconds))
     if facts.failure is not None:
-        r.status, r.rule_id = facts.failure.status, facts.failure.rule_id
+        r.status, r.rule_id, r.fault = facts.failure.status, facts.failure.rule_id, facts.failure.fault
         r.error = facts.failure.message
         if facts.failure.error and facts.failure.status not in (Status.INCORRECT, Status.RULE_VIOLATION):
             r.error = f"{facts.failure.message}: {facts.failure.error}" if facts.failure.message else facts.failure.error

@@ -12,7 +12,8 @@ nothing a repeat could change); the expected reward of a repeated answer is what
 judge's secret draws, e.g. which correctness trial is profiled, are made once for the repeats instead of once
 each, so a forgery caught on some draws scores the same on average, never more). What is never reused: a verdict
 that says more about the evaluator's moment than about the candidate (a timeout, an evaluator or task failure, a
-timing flag the machine's load can raise); identical candidates in that case are judged again.
+timing flag the machine's load can raise); identical candidates in that case are judged again. Whose failure a
+verdict is comes from ``EvalResult.fault``, set where the failure is made, never from its error text.
 """
 
 from __future__ import annotations
@@ -23,14 +24,10 @@ import json
 import threading
 from collections import OrderedDict
 
-from kevin.records.evaluation import Candidate, EvalResult, PhaseTimes, Status
+from kevin.records.evaluation import Candidate, EvalResult, Fault, PhaseTimes, Status
 
 NOT_REUSED_RULES = frozenset({"timing_mismatch"})
 """Rules the machine's load can trip for an honest kernel (docs/judge.md): a repeat gets a measurement of its own."""
-
-NOT_REUSED_ERRORS = ("evaluator:", "task:")
-"""Error prefixes of failures that are not the candidate's doing (the evaluator lost it, the task's own reference
-failed)."""
 
 
 def verdict_key(task_id: str, task_source: str, source: str) -> str:
@@ -43,7 +40,7 @@ def reusable(result: EvalResult) -> bool:
     """Whether ``result`` speaks for an identical candidate: the candidate's own outcome, not the moment's."""
     if result.status is Status.TIMEOUT or result.rule_id in NOT_REUSED_RULES:
         return False
-    return not result.error.startswith(NOT_REUSED_ERRORS)
+    return result.fault is Fault.CANDIDATE  # not when the evaluator lost it or the task's own reference failed
 
 
 def reused(result: EvalResult, candidate: Candidate) -> EvalResult:
@@ -90,4 +87,4 @@ class VerdictMemo:
                 self._entries.popitem(last=False)
 
 
-__all__ = ["NOT_REUSED_ERRORS", "NOT_REUSED_RULES", "VerdictMemo", "reusable", "reused", "verdict_key"]
+__all__ = ["NOT_REUSED_RULES", "VerdictMemo", "reusable", "reused", "verdict_key"]

@@ -2,7 +2,7 @@
 
     tasks -> records -> evaluation, policy -> rollout -> rewards -> training -> flows
 
-- ``evaluation``: ``Candidate`` (a kernel to judge), ``EvalResult`` (the verdict), ``Status``, ``PhaseTimes``,
+- ``evaluation``: ``Candidate`` (a kernel to judge), ``EvalResult`` (the verdict), ``Status``, ``Fault``, ``PhaseTimes``,
   ``kernel_score``, ``trim_error``;
 - ``verdicts``: the feedback line of a verdict and the parse-error verdict (one wording for every producer);
 - ``generation``: ``Prompt`` (messages and their rendering) and ``GenerationOut`` (a policy's response);
@@ -12,7 +12,7 @@
 Only the standard library is imported here (the evaluator's sandboxed harness imports these records too).
 """
 
-from kevin.records.evaluation import Candidate, EvalResult, PhaseTimes, Status, kernel_score, trim_error
+from kevin.records.evaluation import Candidate, EvalResult, Fault, PhaseTimes, Status, kernel_score, trim_error
 from kevin.records.generation import GenerationOut, Messages, Prompt
 from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import (
@@ -31,6 +31,7 @@ from kevin.records.verdicts import feedback_line, parse_error_verdict
 __all__ = [
     "Candidate",
     "EvalResult",
+    "Fault",
     "GenerationOut",
     "KernelTarget",
     "Messages",

@@ -27,6 +27,17 @@ class Status(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
+class Fault(str, enum.Enum):
+    """Whose doing a verdict records: the candidate's, or a failure around it that says nothing about it."""
+
+    CANDIDATE = "candidate"
+    """The candidate's own outcome, whatever its status (every verdict but the two below)."""
+    EVALUATOR = "evaluator"
+    """The evaluator lost the candidate (a worker died, a phase raised): its error reads ``evaluator: ...``."""
+    TASK = "task"
+    """The task's own reference could not be loaded, timed or laid out: its error ends in ``task: ...``."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One kernel to evaluate: a solution source for a task, with its place in a rollout."""
@@ -90,6 +101,9 @@ class EvalResult:
     """cuda: "lite" (narrow torch header) or "full-fallback" (the stock header decided); "" otherwise."""
     feedback: str = ""
     error: str = ""
+    fault: Fault = Fault.CANDIDATE
+    """Whose failure this verdict is: only the candidate's own verdict speaks for an identical candidate
+    (``verdict_memo.reusable``); the error text says the same to a reader and is never parsed for it."""
     warnings: list[str] = field(default_factory=list)
     times: PhaseTimes = field(default_factory=PhaseTimes)
     reused: bool = False
@@ -99,12 +113,16 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
+        data["fault"] = self.fault.value
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "EvalResult":
         data = dict(data)
         data["status"] = Status(data["status"])
+        # A record written before the field existed loads as the candidate's (the default): only verdicts judged in
+        # this process are ever reused, so a record read back decides no reuse.
+        data["fault"] = Fault(data.get("fault", Fault.CANDIDATE.value))
         data["times"] = PhaseTimes(**data.get("times", {}))
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})

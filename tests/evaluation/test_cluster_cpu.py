@@ -12,7 +12,7 @@ import time
 import pytest
 import ray
 
-from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
+from kevin.evaluation import Candidate, EvalConfig, Evaluator, Fault, Status
 from kevin.evaluation.cluster import ClusterEvaluator, batch_evaluator
 from kevin.evaluation.cluster_plan import (
     ClusterConfig,
@@ -126,7 +126,7 @@ def test_a_lost_candidate_is_a_runtime_error_with_its_reason(relu_task):
     cand = Candidate(task_id=relu_task.task_id, source="x = 1", candidate_id="c7")
     r = lost_verdict(relu_task, cand, "cpu", "its worker died")
     assert (r.task_id, r.candidate_id, r.status, r.score, r.correct) == (relu_task.task_id, "c7", Status.RUNTIME_ERROR, 0.0, False)
-    assert r.error == "evaluator: its worker died"
+    assert r.error == "evaluator: its worker died" and r.fault is Fault.EVALUATOR  # never reused for a repeat
     assert r.feedback
 
 

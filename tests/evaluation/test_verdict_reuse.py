@@ -4,12 +4,18 @@ batches on the cpu backend, counting the run processes that judged them."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
+from kevin.evaluation.cluster_plan import lost_verdict
+from kevin.evaluation.compile_cache import Compiled
+from kevin.evaluation.judge import JudgeError
+from kevin.evaluation.runs import reported_failure
+from kevin.evaluation.verdict import Failure, RunFacts, assemble
 from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused, verdict_key
-from kevin.records.evaluation import EvalResult, PhaseTimes
+from kevin.records.evaluation import EvalResult, Fault, PhaseTimes
 from tests.conftest import RELU_BODY, cpp_solution
 
 
@@ -24,9 +30,13 @@ def test_what_is_reused_and_what_is_judged_again():
     assert not reusable(_verdict(Status.TIMEOUT))  # the machine's moment as much as the candidate
     assert not reusable(_verdict(Status.RULE_VIOLATION, rule_id="timing_mismatch"))  # the load can raise it
     assert reusable(_verdict(Status.RULE_VIOLATION, rule_id="cuda_not_used"))
-    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="evaluator: worker w0 returned no verdict"))
-    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="task: the reference raised"))
+    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="evaluator: worker w0 returned no verdict",
+                                 fault=Fault.EVALUATOR))
+    assert not reusable(_verdict(Status.RUNTIME_ERROR, error="the task could not be evaluated: task: the reference raised",
+                                 fault=Fault.TASK))
     assert reusable(_verdict(Status.RUNTIME_ERROR, error="killed by signal SIGSEGV"))
+    # Whose failure it is comes from the field, never the text: a candidate's crash may print anything.
+    assert reusable(_verdict(Status.RUNTIME_ERROR, error="task: evaluator: printed by the candidate"))
 
 
 def test_a_reused_verdict_is_the_repeats_own_and_costs_nothing():
@@ -80,6 +90,48 @@ def _items(task, sources, prefix):
     return [(task, Candidate(task.task_id, s, trajectory=i, candidate_id=f"{prefix}{i}")) for i, s in enumerate(sources)]
 
 
+def test_the_task_is_rendered_once_for_every_candidates_key(config, relu_task, monkeypatch):
+    import kevin.tasks.task as task_module
+
+    real, renders = task_module.render_profile, []
+    monkeypatch.setattr(task_module, "render_profile", lambda source, profile: renders.append(profile) or real(source, profile))
+    with Evaluator(config) as ev:
+        keys = [ev.verdict_key(relu_task, Candidate(relu_task.task_id, s)) for s in ("a", "b", "a")]
+        assert keys[0] == keys[2] != keys[1] and len(renders) == 1
+        assert keys[1] == verdict_key(relu_task.task_id, real(relu_task.source, config.resolved_profile), "b")
+        edited = replace(relu_task, source=relu_task.source + "\n# edited\n")  # the same id, another task
+        assert ev.verdict_key(edited, Candidate(relu_task.task_id, "b")) != keys[1] and len(renders) == 2
+
+
+def _raise(exc):
+    raise exc
+
+
+def test_each_failure_says_whose_it_is_where_it_is_made(config, relu_task, monkeypatch):
+    cand = Candidate(relu_task.task_id, "src", candidate_id="f")
+    timeout = assemble("t", "f", "cpu", RunFacts(failure=Failure(Status.TIMEOUT, "no verdict within 20 s")), 1.0, 3, 10.0)
+    assert (timeout.fault, reusable(timeout)) == (Fault.CANDIDATE, False)  # the candidate's, but the moment's too
+    with Evaluator(config) as ev:
+        compile_error = ev.failed(relu_task, cand, Failure(Status.COMPILE_ERROR, "compilation failed", "x.cpp:3: error"))
+        assert (compile_error.fault, reusable(compile_error)) == (Fault.CANDIDATE, True)
+
+        lost = lost_verdict(relu_task, cand, "cpu", "its worker died")
+        assert (lost.fault, lost.error, reusable(lost)) == (Fault.EVALUATOR, "evaluator: its worker died", False)
+
+        # The task's three failures: its reference fails to load in the run process, to be timed, or to be laid out.
+        loaded = assemble("t", "f", "cpu", RunFacts(failure=reported_failure(
+            {"status": "task_error", "message": "the task itself failed to load", "error": "task: boom"})), 1.0, 3, 10.0)
+        assert loaded.error == "the task could not be evaluated (the task itself failed to load): task: boom"
+        monkeypatch.setattr(ev, "baseline_ms", lambda task, device=None: _raise(RuntimeError("no time")))
+        timed = ev.run_phase(relu_task, cand, Compiled(), "cpu")
+        assert timed.error == "the task's reference could not be timed: task: no time"
+        monkeypatch.setattr(ev, "layout", lambda task, device: _raise(JudgeError("no channel")))
+        laid_out = ev._drive(SimpleNamespace(cancel=lambda: None), None, "cpu", relu_task)
+        assert laid_out.failure.error == "task: no channel"
+        for result in (loaded, timed, assemble("t", "f", "cpu", laid_out, 1.0, 3, 10.0)):
+            assert (result.status, result.fault, reusable(result)) == (Status.RUNTIME_ERROR, Fault.TASK, False)
+
+
 def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(config, relu_task):
     seen = []
     with Evaluator(config) as ev:
@@ -90,6 +142,7 @@ def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(conf
                                                Status.CORRECT, Status.RUNTIME_ERROR, Status.COMPILE_ERROR,
                                                Status.RUNTIME_ERROR]
         assert [r.reused for r in results] == [False, True, False, False, True, False, True, True]
+        assert all(r.fault is Fault.CANDIDATE for r in results)  # a compile error and a crash are the candidate's own
         assert len(ev.run_intervals) == 3 and len(ev.compile_intervals) == 4  # good, wrong, crash ran; 4 compiled
         assert sorted(r.candidate_id for r in seen) == [f"a{i}" for i in range(8)]  # every verdict reported once
         assert results[1].score == results[4].score == results[0].score > 0.3
@@ -106,6 +159,11 @@ def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(conf
         # One candidate at a time goes through the same memo.
         single = ev.evaluate(relu_task, Candidate(relu_task.task_id, CRASH, candidate_id="c"))
         assert (single.candidate_id, single.status, single.reused) == ("c", Status.RUNTIME_ERROR, True)
+        # ... both ways: what it judges, a later batch reuses.
+        broken = BROKEN.replace("t_reuse_cerr", "t_reuse_cerr2")
+        assert not ev.evaluate(relu_task, Candidate(relu_task.task_id, broken, candidate_id="d")).reused
+        later = ev.evaluate_many(_items(relu_task, [broken], "d"))
+        assert [(r.status, r.reused) for r in later] == [(Status.COMPILE_ERROR, True)] and not ev.compile_intervals
 
 
 def test_without_reuse_every_candidate_is_judged(config, relu_task):
@@ -124,3 +182,24 @@ def test_repeats_of_a_timeout_are_each_judged(config, relu_task):
         assert len(ev.run_intervals) == 2  # the second had a process of its own (its build from the cache)
         later = ev.evaluate_many(_items(relu_task, [hang], "l"))
         assert later[0].status is Status.TIMEOUT and not later[0].reused and len(ev.run_intervals) == 1
+
+
+def test_repeats_of_an_evaluator_or_task_failure_are_each_judged(config, relu_task, monkeypatch):
+    with Evaluator(config) as ev:
+        judged = []
+
+        def lost(task, cand, *args, **kw):  # the evaluator loses the run (batch.Batch.run_worker catches it)
+            judged.append(cand.key)
+            raise RuntimeError("the judge went away")
+
+        monkeypatch.setattr(ev, "run_phase", lost)
+        results = ev.evaluate_many(_items(relu_task, [GOOD, GOOD], "e"))
+        assert [(r.fault, r.error, r.reused) for r in results] == [(Fault.EVALUATOR, "evaluator: the judge went away", False)] * 2
+        assert judged == ["e0", "e1"] and len(ev.verdicts) == 0
+
+        monkeypatch.undo()
+        monkeypatch.setattr(ev, "prefetch_baselines", lambda *args, **kw: None)
+        monkeypatch.setattr(ev, "baseline_ms", lambda task, device=None: _raise(RuntimeError("no time")))
+        results = ev.evaluate_many(_items(relu_task, [GOOD, GOOD], "t"))
+        assert [(r.fault, r.reused) for r in results] == [(Fault.TASK, False)] * 2 and len(ev.verdicts) == 0
+        assert len(ev.run_intervals) == 2  # the repeat went through a run phase of its own

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 
 import pytest
 
-from kevin.records.evaluation import EvalResult, Status
+from kevin.records.evaluation import EvalResult, Fault, Status
 from kevin.records.jsonl import atomic_write_text
 from kevin.records.rollout import (
     TrainingSample,
@@ -53,6 +54,22 @@ def test_trajectory_and_sample_round_trip(tmp_path):
     assert load_records(tmp_path / "s.jsonl", TrainingSample) == [sample]
     no_lp = TrainingSample([1], [2], None, 0.0, 0.0, "t", 0, 0)
     assert TrainingSample.from_dict(no_lp.to_dict()) == no_lp
+
+
+def test_whose_failure_a_verdict_is_survives_every_crossing(tmp_path):
+    turns = [make_turn(traj=k, status=Status.RUNTIME_ERROR, speedup=0.0) for k in range(len(Fault))]
+    for turn, fault in zip(turns, Fault):
+        turn.result.fault = fault
+    for turn in turns:
+        data = json.loads(json.dumps(turn.result.to_dict()))
+        assert data["fault"] == turn.result.fault.value  # the value in the file, as for the status
+        assert EvalResult.from_dict(data) == turn.result
+        assert pickle.loads(pickle.dumps(turn.result)) == turn.result  # to and from a Ray worker
+    assert load_turns(save_turns(tmp_path / "f.jsonl", turns)) == turns
+    written_before = {k: v for k, v in make_turn().result.to_dict().items() if k != "fault"}
+    assert EvalResult.from_dict(written_before).fault is Fault.CANDIDATE
+    with pytest.raises(ValueError):
+        EvalResult.from_dict(make_turn().result.to_dict() | {"fault": "nobody"})
 
 
 def test_unknown_keys_are_ignored_and_missing_keys_are_named():
