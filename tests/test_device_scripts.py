@@ -85,3 +85,35 @@ def test_sample_spread_reads_each_tasks_newest_first_turn_prompt(tmp_path):
     with pytest.raises(SystemExit, match="level1/03_sigmoid"):
         spread.first_turn_prompts(tmp_path, ["level1/02_gelu", "level1/03_sigmoid"])
     assert spread.load_inline_arguments("raise RuntimeError('broken answer')") is None
+
+
+def test_policy_drift_collects_each_distinct_correct_first_turn_answer(tmp_path, monkeypatch):
+    """scripts/policy_drift.py: the probe set is every distinct first-turn answer judged correct, with the steps that
+    drew each task and those whose update had it (a non-zero advantage)."""
+    import json
+    import math
+
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # it imports its sibling answer_forks
+    drift = _script("policy_drift")
+
+    def write_step(step: int, rows: list[tuple[str, int, int, list[int], bool, float]]) -> None:
+        folder = tmp_path / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        with open(folder / "samples.jsonl", "w") as f, open(folder / "kernels.jsonl", "w") as k:
+            for task, traj, turn, answer, correct, advantage in rows:
+                f.write(json.dumps({"task_id": task, "trajectory": traj, "turn": turn, "prompt_token_ids": [1, 2],
+                                    "completion_token_ids": answer, "old_logprobs": [0.0] * len(answer),
+                                    "advantage": advantage}) + "\n")
+                k.write(json.dumps({"task_id": task, "trajectory": traj, "turn": turn, "correct": correct}) + "\n")
+
+    write_step(0, [("a", 0, 0, [5, 6], True, 0.5), ("a", 0, 1, [5, 6], True, 0.5),   # a second turn: not probed
+                   ("a", 1, 0, [5, 7], False, -0.5), ("a", 1, 1, [5, 6], True, 0.5),
+                   ("b", 0, 0, [8], True, 0.0), ("b", 1, 0, [8], True, 0.0)])        # b: 2 of 2, no advantage
+    write_step(2, [("a", 0, 0, [5, 6], True, 0.0), ("a", 1, 0, [9], True, 0.0)])    # a repeat, then a new answer
+    answers, drawn, updated = drift.correct_answers(tmp_path)
+    assert {t: [s["completion_token_ids"] for s in v] for t, v in answers.items()} == {"a": [[5, 6], [9]],
+                                                                                      "b": [[8]]}
+    assert [s["step"] for s in answers["a"]] == [0, 2]
+    assert drawn == {"a": [0, 2], "b": [0]}
+    assert updated == {"a": [0]}
+    assert math.isclose(drift.log_sum_exp([math.log(0.25), math.log(0.5)]), math.log(0.75))

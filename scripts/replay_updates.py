@@ -1,0 +1,101 @@
+"""Replay a recorded run's GRPO updates on the CPU under other settings: does a change keep the kernels it had?
+
+A GPU step is mostly rollout and judging; its update is a few seconds. So a question about the update alone (would a
+KL anchor, a smaller step, another optimiser setting have kept the kernels the fifth run forgot?) can be asked here:
+build the run's starting policy (warm start merged, the RL adapter seeded as the run seeded it), feed it the run's
+recorded batches (`steps/step_*/samples.jsonl`: prompts, answers, advantages, the log-probs they were sampled with) in
+order, one `GRPOTrainer.update` each, and after every step score the run's known-correct first-turn answers
+(`policy_drift.correct_answers`) as `policy_drift.py` does: the probability that one sample is one of them, per task.
+With the run's own settings the replay retraces the run (the first step exactly: its batch was sampled by the warm
+start; later ones off the replayed policy, as far as it has moved from the run's); with `--set` overrides it shows
+what the same data would have done under them.
+
+    python scripts/replay_updates.py .carry/full/outputs/h200-learn-turn-groups --project-dir .carry/full \
+        --params params.yaml --params configs/h200_learn.yaml --params configs/h200_learn_turn_groups.yaml \
+        --steps 4 --set train.loss.beta=0.1 --out docs/replay/beta_0.1.json
+
+It costs a forward and backward pass over each recorded batch's trained samples on the CPU (about 40-100 s a step
+for the 135M model on 2 cores) plus one scoring pass per step.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+from answer_forks import read_samples, rescore
+from policy_drift import correct_answers, log_sum_exp
+
+
+def task_probabilities(answers: dict[str, list[dict]], model, tokenizer, temperature: float) -> dict[str, float]:
+    """Per task, log P(one sample is one of its known-correct answers) under ``model``."""
+    out = {}
+    for task in sorted(answers):
+        lps = rescore(answers[task], model, tokenizer, [temperature])[temperature]
+        out[task] = log_sum_exp([sum(lp) for lp in lps])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("run_dir", type=Path, help="a training run's folder (outputs/<experiment.name>)")
+    ap.add_argument("--params", action="append", required=True, help="the run's params files")
+    ap.add_argument("--set", action="append", default=[], dest="overrides", help="key=value over the run's settings")
+    ap.add_argument("--project-dir", default=".", help="where the run's sft.output_dir lies")
+    ap.add_argument("--steps", type=int, default=4, help="recorded steps to replay, from the first")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = ap.parse_args()
+
+    import dataclasses
+
+    import torch
+
+    from kevin.config import RunConfig
+    from kevin.experiment.policies import load_model
+    from kevin.records.rollout import TrainingSample
+    from kevin.training.rng import seed_everything
+    from kevin.training.trainer import GRPOTrainer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = RunConfig.from_files(args.params, args.overrides)
+    seed_everything(cfg.train.seed)  # as the run: the same RL adapter factors
+    model, tokenizer = load_model(cfg, args.project_dir)
+    trainer = GRPOTrainer(model, dataclasses.replace(cfg.train, device="cpu"), tokenizer=tokenizer)
+    answers, _, updated = correct_answers(args.run_dir)
+    print(f"replaying {args.steps} steps with {args.overrides or 'the run settings'}; probe: "
+          f"{sum(map(len, answers.values()))} correct first-turn answers of {len(answers)} tasks, T={cfg.temperature}")
+    trainer.model.eval()
+    with torch.no_grad():
+        history = [{"step": 0, "log_p": task_probabilities(answers, trainer.model, tokenizer, cfg.temperature)}]
+    for step in range(args.steps):
+        step_dir = args.run_dir / "steps" / f"step_{step:06d}"
+        samples = [TrainingSample.from_dict(s) for s in read_samples(step_dir)]
+        began = time.monotonic()
+        trainer.model.train()
+        metrics = trainer.update(samples)
+        trainer.model.eval()
+        with torch.no_grad():
+            log_p = task_probabilities(answers, trainer.model, tokenizer, cfg.temperature)
+        history.append({"step": step + 1, "log_p": log_p, "update": metrics, "seconds": time.monotonic() - began})
+        kl = max((m.get("approx_kl", 0.0) for m in metrics), default=0.0)
+        moved = {t: log_p[t] - history[0]["log_p"][t] for t in log_p}
+        fell = sorted(moved, key=moved.get)[:3]
+        print(f"step {step + 1}: {time.monotonic() - began:.0f} s, kl {kl:.1e}, mean change of log P since the start "
+              f"{sum(moved.values()) / len(moved):+.2f}; most fallen: "
+              + ", ".join(f"{t.split('/')[1]} {moved[t]:+.1f}" for t in fell), flush=True)
+    print("\nP(one sample is a known-correct answer), start -> end, per task (updated at: steps of the recorded run)")
+    for task in sorted(answers):
+        print(f"  {task:34s} {math.exp(history[0]['log_p'][task]):10.3g} -> {math.exp(history[-1]['log_p'][task]):10.3g}"
+              f"   {[u + 1 for u in updated.get(task, [])]}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"overrides": args.overrides, "temperature": cfg.temperature,
+                                        "history": history}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
