@@ -42,9 +42,11 @@ CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work insi
 # LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
 # LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml, the third
 # (barren tasks rest, lr 1e-3) LEARN=configs/h200_learn_rest.yaml; these share the first warm start. The fourth
-# (its own 6-epoch warm start, second turns after a failure too) is LEARN=configs/h200_learn_turns.yaml; the default
-# is the fifth, the fourth with advantages per task and turn, from the fourth's warm start.
-LEARN=${LEARN:-configs/h200_learn_turn_groups.yaml}
+# (its own 6-epoch warm start, second turns after a failure too) is LEARN=configs/h200_learn_turns.yaml, the fifth (the
+# fourth with advantages per task and turn) LEARN=configs/h200_learn_turn_groups.yaml; the default is the sixth, the
+# fifth with AdamW's epsilon at 1e-5. The fourth to sixth share the fourth's warm start (the sixth's committed pack,
+# runs/h200-learn-eps, starts as that warm start alone).
+LEARN=${LEARN:-configs/h200_learn_eps.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 [ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
 RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1)
