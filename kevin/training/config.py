@@ -43,7 +43,10 @@ class TrainConfig(Settings):
     """AdamW (beta1, beta2)."""
 
     adam_eps: float = 1e-8
-    """AdamW epsilon."""
+    """AdamW epsilon: below this gradient scale a parameter's update shrinks with its gradient; above it the update
+    is about ``lr`` x sign(gradient) whatever the gradient's size. A LoRA adapter's GRPO gradients can sit far below
+    1e-8's reach (the H200 runs: ~6e-6 a coordinate), so at 1e-8 every parameter moves by ~lr a step, the noise's as
+    far as the signal's; the sixth H200 run uses 1e-5 (docs/learning.md)."""
 
     max_grad_norm: float = 0.05
     """Clip the global gradient norm to this before each optimiser step (the paper: 0.05, which delayed
