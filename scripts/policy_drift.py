@@ -60,6 +60,25 @@ def log_sum_exp(values: list[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
+def flatten(answers: dict[str, list[dict]]) -> list[dict]:
+    """The answers in one list, tasks sorted, each task's answers in order: the order `by_task` undoes."""
+    return [s for task in sorted(answers) for s in answers[task]]
+
+
+def by_task(answers: dict[str, list[dict]], per_answer: list) -> dict[str, list]:
+    """A list aligned with `flatten(answers)` split back per task."""
+    out, start = {}, 0
+    for task in sorted(answers):
+        out[task] = per_answer[start:start + len(answers[task])]
+        start += len(answers[task])
+    return out
+
+
+def probe_log_p(token_log_probs: dict[str, list[list[float]]]) -> dict[str, float]:
+    """Per task, log P(one sample is one of its known-correct answers), from each answer's per-token log-probs."""
+    return {task: log_sum_exp([sum(lp) for lp in lps]) for task, lps in token_log_probs.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a training run's folder (outputs/<experiment.name>) with its checkpoints")
@@ -79,7 +98,7 @@ def main() -> None:
     checkpoints: list[tuple[str, Path | None, int]] = [("warm start", None, -1)]
     for c in sorted((args.run_dir / "checkpoints").glob("step_*"), key=step_index):
         checkpoints.append((f"after step {step_index(c) + 1}", c, step_index(c)))
-    flat = [s for task in sorted(answers) for s in answers[task]]
+    flat = flatten(answers)
     print(f"{len(flat)} distinct correct first-turn answers of {len(answers)} tasks, scored at T={temperature} under "
           f"{len(checkpoints)} policies")
     scores: dict[str, list[list[float]]] = {}  # checkpoint label -> per answer, per token log-prob
@@ -87,6 +106,8 @@ def main() -> None:
         model, tokenizer = load_policy(args.params, args.project_dir, str(path) if path else None)
         scores[label] = rescore(flat, model, tokenizer, [temperature])[temperature]
         del model
+    per_task = {label: by_task(answers, lps) for label, lps in scores.items()}
+    log_p = {label: probe_log_p(lps) for label, lps in per_task.items()}
     labels = [c[0] for c in checkpoints]
 
     # The check that the policies load as they sampled: an answer's log-probs under the policy that sampled it.
@@ -101,12 +122,9 @@ def main() -> None:
     print("\nP(one sample is a known-correct answer) per task and policy; steps 1-based")
     print(f"{'task':34s} " + " ".join(f"{lab:>15s}" for lab in labels) + "   drawn at / updated at")
     rows = []
-    start = 0
     for task in sorted(answers):
-        n = len(answers[task])
-        per_policy = [log_sum_exp([sum(lp) for lp in scores[lab][start:start + n]]) for lab in labels]
-        start += n
-        rows.append({"task": task, "answers": n, "log_p": dict(zip(labels, per_policy)),
+        per_policy = [log_p[lab][task] for lab in labels]
+        rows.append({"task": task, "answers": len(answers[task]), "log_p": dict(zip(labels, per_policy)),
                      "drawn": [d + 1 for d in drawn[task]], "updated": [u + 1 for u in updated.get(task, [])]})
         print(f"{task:34s} " + " ".join(f"{math.exp(v):15.3g}" for v in per_policy)
               + f"   {rows[-1]['drawn']} / {rows[-1]['updated']}")
@@ -123,12 +141,10 @@ def main() -> None:
 
     # Where the likeliest answer breaks: its tokens whose probability fell most from the first policy to the last.
     print(f"\nwhere each task's likeliest answer (at the {labels[0]}) lost most, {labels[0]} -> {labels[-1]}")
-    start = 0
     for task in sorted(answers):
-        n = len(answers[task])
-        first = scores[labels[0]][start:start + n]
-        best = max(range(n), key=lambda i: sum(first[i]))
-        before, after = first[best], scores[labels[-1]][start + best]
+        first = per_task[labels[0]][task]
+        best = max(range(len(first)), key=lambda i: sum(first[i]))
+        before, after = first[best], per_task[labels[-1]][task][best]
         ids = answers[task][best]["completion_token_ids"]
         drops = sorted(range(len(ids)), key=lambda t: after[t] - before[t])[:args.tokens]
         shown = []
@@ -139,7 +155,6 @@ def main() -> None:
         print(f"{task}: token {', '.join(str(t) for t in sorted(drops))} of {len(ids)}")
         for line in shown:
             print(f"    {line}")
-        start += n
     if args.out:
         args.out.write_text(json.dumps({"temperature": temperature, "policies": labels, "tasks": rows}, indent=1))
 

@@ -28,16 +28,13 @@ import time
 from pathlib import Path
 
 from answer_forks import read_samples, rescore
-from policy_drift import correct_answers, log_sum_exp
+from policy_drift import by_task, correct_answers, flatten, probe_log_p
 
 
 def task_probabilities(answers: dict[str, list[dict]], model, tokenizer, temperature: float) -> dict[str, float]:
     """Per task, log P(one sample is one of its known-correct answers) under ``model``."""
-    out = {}
-    for task in sorted(answers):
-        lps = rescore(answers[task], model, tokenizer, [temperature])[temperature]
-        out[task] = log_sum_exp([sum(lp) for lp in lps])
-    return out
+    lps = rescore(flatten(answers), model, tokenizer, [temperature])[temperature]
+    return probe_log_p(by_task(answers, lps))
 
 
 def main() -> None:

@@ -117,3 +117,11 @@ def test_policy_drift_collects_each_distinct_correct_first_turn_answer(tmp_path,
     assert drawn == {"a": [0, 2], "b": [0]}
     assert updated == {"a": [0]}
     assert math.isclose(drift.log_sum_exp([math.log(0.25), math.log(0.5)]), math.log(0.75))
+    # Scores come back as one list in flatten's order (a's two answers, then b's) and are regrouped per task:
+    # P(a) = 0.1 * 0.5 + 0.2 = 0.25 (an answer's probability is the product over its tokens), P(b) = 0.5.
+    assert [s["completion_token_ids"] for s in drift.flatten(answers)] == [[5, 6], [9], [8]]
+    token_lps = [[math.log(0.1), math.log(0.5)], [math.log(0.2)], [math.log(0.5)]]
+    grouped = drift.by_task(answers, token_lps)
+    assert grouped == {"a": token_lps[:2], "b": token_lps[2:]}
+    log_p = drift.probe_log_p(grouped)
+    assert math.isclose(log_p["a"], math.log(0.25)) and math.isclose(log_p["b"], math.log(0.5))
