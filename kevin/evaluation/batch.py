@@ -27,7 +27,7 @@ from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
-from kevin.evaluation.verdict_memo import reusable, reused
+from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused
 from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
@@ -87,6 +87,8 @@ class BatchHost(Protocol):
     config: EvalConfig
     baselines: BaselineCache
     compile_slots: CompileSlots
+    verdicts: VerdictMemo
+    """Verdicts of identical candidates, asked and filled under ``config.reuse_verdicts`` only."""
     prestart: int
     """Run jobs started ahead of their turn on each device (0 on cpu: they would take the timed run's cores)."""
 
@@ -95,10 +97,6 @@ class BatchHost(Protocol):
     def static_check(self, task: Task, candidate: Candidate) -> EvalResult | None: ...
 
     def verdict_key(self, task: Task, candidate: Candidate) -> str: ...
-
-    def known_verdict(self, key: str, candidate: Candidate) -> EvalResult | None: ...
-
-    def remember_verdict(self, key: str, result: EvalResult) -> None: ...
 
     def baseline_key(self, task: Task) -> str: ...
 
@@ -151,7 +149,7 @@ class Batch:
         if self.progress:
             self.progress(result)
         if i in self.keys:
-            self.ev.remember_verdict(self.keys[i], result)
+            self.ev.verdicts.put(self.keys[i], result)
         if waiting and not reusable(result):
             with self._lock:
                 self.again.extend(waiting)
@@ -164,7 +162,7 @@ class Batch:
         it is neither compiled nor run), True when it is to be judged."""
         task, cand = self.items[i]
         key = self.ev.verdict_key(task, cand)
-        known = self.ev.known_verdict(key, cand)
+        known = self.ev.verdicts.get(key, cand)
         if known is not None:
             self.done(i, known)
             return False

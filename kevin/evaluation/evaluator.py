@@ -224,19 +224,6 @@ class Evaluator:
             rendered = self._rendered_tasks[key] = task.render(profile)
         return rendered
 
-    # -- verdicts of repeats -----------------------------------------------------------------------
-
-    def known_verdict(self, key: str, candidate: Candidate) -> EvalResult | None:
-        """The verdict kept for ``key`` (``verdict_key``) as ``candidate``'s own, marked ``reused``; None when
-        no identical candidate was judged before, or its verdict was the moment's. Asked under
-        ``config.reuse_verdicts`` only (a batch's repeats of a timeout are judged without it)."""
-        return self.verdicts.get(key, candidate)
-
-    def remember_verdict(self, key: str, result: EvalResult) -> None:
-        """Keep ``result`` for the repeats of its candidate (``key``), unless it is the moment's
-        (``verdict_memo.reusable``) or itself a copy."""
-        self.verdicts.put(key, result)
-
     # -- baselines ---------------------------------------------------------------------------------
 
     def _time_references(self, tasks: list[Task], device: str | None,
@@ -465,7 +452,7 @@ class Evaluator:
             return early
         reuse = self.config.reuse_verdicts
         key = self.verdict_key(task, candidate) if reuse else ""
-        known = self.known_verdict(key, candidate) if reuse else None
+        known = self.verdicts.get(key, candidate) if reuse else None
         if known is not None:
             return known
         static_s = time.perf_counter() - start
@@ -478,7 +465,7 @@ class Evaluator:
         result.times.static = static_s
         result.times.total = time.perf_counter() - start
         if reuse:
-            self.remember_verdict(key, result)
+            self.verdicts.put(key, result)
         return result
 
     # -- batches -----------------------------------------------------------------------------------
