@@ -89,9 +89,10 @@ def learning_cmd(
     _say_rest(run_dir)
     paired = _task_gains(summaries)
     per_turn = _turn_gains(verdicts, len(rows))
+    groups = _say_groups(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
-                                       "per_task_turn": per_turn})
+                                       "per_task_turn": per_turn, "groups": groups})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
 
@@ -166,6 +167,20 @@ def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 def _say_paired(label: str, p: Any) -> None:
     typer.echo(f"{label}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
                f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: {p.verdict}")
+
+
+def _say_groups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
+    """What the updates had to learn from: per turn, how the groups of one task's kernels came out."""
+    from kevin.analysis.learning import turn_groups
+
+    groups = turn_groups(verdicts)
+    if groups:
+        typer.echo("groups (one task's kernels at one turn of a step): none correct / correct beside failing (what an "
+                   "update learns correctness from) / all correct")
+    for turn, c in groups.items():
+        typer.echo(f"turn {turn}: {c['groups']} groups: {c['none_correct']} / {c['mixed']} "
+                   f"({c['mixed'] / c['groups']:.2f}) / {c['all_correct']}")
+    return groups
 
 
 def _turn_gains(verdicts: list[dict[str, Any]], steps: int) -> dict[str, Any]:

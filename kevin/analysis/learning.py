@@ -28,8 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
-           "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_step_rows", "turn_task_gain",
-           "turn_task_visits", "window_gain", "window_tasks"]
+           "GROUP_KINDS", "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_groups", "turn_step_rows",
+           "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -267,6 +267,29 @@ def turn_task_gain(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str
     visits = turn_task_visits(verdicts, turn, metric)
     first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
     return TurnTaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, turn=turn)
+
+
+GROUP_KINDS = ("none_correct", "mixed", "all_correct")
+"""How one task's kernels at one turn of one step (its trajectories' answers) came out: none correct (an update can
+only push them down together, and not at all where they scored alike); correct beside failing ones (the groups an
+update learns correctness from); all correct (only their speed to learn from: copies of one kernel differ by
+timing noise alone, and their advantages cancel on their identical tokens)."""
+
+
+def turn_groups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, int]]:
+    """Per 1-based turn, how many of its groups (one task's kernels at that turn of one step) fell in each of
+    ``GROUP_KINDS``, beside ``groups``. A learning run whose groups are mostly none or all correct gives its updates
+    little to go on, whatever its settings."""
+    groups: dict[tuple[int, int, str], list[bool]] = {}
+    for v in verdicts:
+        groups.setdefault((int(v["turn"]) + 1, int(v["step"]), str(v["task_id"])), []).append(v["status"] == "correct")
+    out: dict[int, dict[str, int]] = {}
+    for (turn, _, _), correct in sorted(groups.items()):
+        kind = "all_correct" if all(correct) else "mixed" if any(correct) else "none_correct"
+        counts = out.setdefault(turn, {"groups": 0, **dict.fromkeys(GROUP_KINDS, 0)})
+        counts["groups"] += 1
+        counts[kind] += 1
+    return out
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",

@@ -183,6 +183,10 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
     saved = json.loads((run / "plots" / "learning.json").read_text())["per_task_turn"]
     assert saved["turn_2/correct_share"]["gain"] == 1.0 and saved["turn_1/correct_share"]["verdict"] == (
         "a fall beyond the noise")
+    # One kernel a group: turn 1 correct at step 0, incorrect at step 2; turn 2 the other way round.
+    assert "turn 1: 2 groups: 1 / 0 (0.00) / 1" in result.output
+    groups = json.loads((run / "plots" / "learning.json").read_text())["groups"]
+    assert groups["2"] == {"groups": 2, "none_correct": 1, "mixed": 0, "all_correct": 1}
 
 
 def test_each_turn_step_by_step_with_the_answers_cut_off():
@@ -293,3 +297,19 @@ def test_a_step_whose_rollout_is_gone_is_read_from_its_kernels_file(tmp_path):
     assert "step   2  t1 0.00/0.00  t2 0.00/1.00" in result.output
     assert "the judged kernels of" not in result.output  # every step's kernels are here
 
+
+
+def test_groups_say_what_each_update_had_to_learn_from():
+    """A group is one task's kernels at one turn of one step: only one that holds correct and failing kernels teaches
+    correctness; steps and tasks are never pooled into one group."""
+    from kevin.analysis.learning import turn_groups
+
+    verdicts = [_kernel(0, 0, "a", "correct", 0.5), _kernel(0, 0, "a", "incorrect"),      # mixed
+                _kernel(0, 0, "b", "compile_error"), _kernel(0, 0, "b", "parse_error"),   # none correct
+                _kernel(1, 0, "a", "correct", 0.5), _kernel(1, 0, "a", "correct", 0.7),   # all correct (speeds differ)
+                _kernel(1, 0, "b", "incorrect"),                                          # none: not pooled with step 0
+                _kernel(0, 1, "a", "correct", 0.5), _kernel(0, 1, "a", "correct", 0.5)]   # turn 2: all correct
+    assert turn_groups(verdicts) == {
+        1: {"groups": 4, "none_correct": 2, "mixed": 1, "all_correct": 1},
+        2: {"groups": 1, "none_correct": 0, "mixed": 0, "all_correct": 1}}
+    assert turn_groups([]) == {}
