@@ -11,6 +11,10 @@ import typer
 
 from kevin_cli.common import die, params_files
 
+FORECAST_TRAJECTORIES = (4, 8, 16)
+"""Group sizes `learning` forecasts the mixed share for (``mixed_share_at``): the H200 runs' 4, and 8 and the
+paper's 16, so a run's own figure sits beside what more trajectories a task would buy."""
+
 
 def report_cmd(
     train_metrics: Path = typer.Option(..., "--train", help="the train stage's metrics (JSON)"),
@@ -169,17 +173,20 @@ def _say_paired(label: str, p: Any) -> None:
                f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: {p.verdict}")
 
 
-def _say_groups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
+def _say_groups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """What the updates had to learn from: per turn, how the groups of one task's kernels came out."""
-    from kevin.analysis.learning import turn_groups
+    from kevin.analysis.learning import mixed_share_at, turn_groups
 
-    groups = turn_groups(verdicts)
+    groups: dict[int, dict[str, Any]] = dict(turn_groups(verdicts))
     if groups:
         typer.echo("groups (one task's kernels at one turn of a step): none correct / correct beside failing (what an "
                    "update learns correctness from) / all correct")
     for turn, c in groups.items():
+        c["mixed_share_at"] = {n: mixed_share_at(verdicts, turn, n) for n in FORECAST_TRAJECTORIES}
+        forecast = " / ".join(f"{share:.2f}" for share in c["mixed_share_at"].values())
         typer.echo(f"turn {turn}: {c['groups']} groups: {c['none_correct']} / {c['mixed']} "
-                   f"({c['mixed'] / c['groups']:.2f}) / {c['all_correct']}")
+                   f"({c['mixed'] / c['groups']:.2f}) / {c['all_correct']}; at its tasks' correct rates, groups of "
+                   f"{' / '.join(map(str, FORECAST_TRAJECTORIES))} would be mixed in {forecast}")
     return groups
 
 

@@ -28,7 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
-           "GROUP_KINDS", "learning_rows", "paired_gain", "plot_learning", "task_gain", "turn_groups", "turn_step_rows",
+           "GROUP_KINDS", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain", "turn_groups",
+           "turn_step_rows",
            "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
@@ -290,6 +291,27 @@ def turn_groups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, in
         counts["groups"] += 1
         counts[kind] += 1
     return out
+
+
+def mixed_share_at(verdicts: Iterable[Mapping[str, Any]], turn: int, trajectories: int) -> float:
+    """The share of ``turn``'s groups (1-based) that would hold a correct kernel beside a failing one had each group
+    had ``trajectories`` kernels: per task, its kernels' correct share over the run at that turn as the chance of
+    each kernel being correct, independent within a group; a group of n is mixed unless all or none are correct,
+    1 - p^n - (1 - p)^n, averaged over the groups the run drew. What more trajectories a task would buy a run
+    whose tasks are mostly solved always or never (a forecast from the run's own rates, which drift as it trains)."""
+    groups: dict[tuple[int, str], list[bool]] = {}
+    for v in verdicts:
+        if int(v["turn"]) == turn - 1:
+            groups.setdefault((int(v["step"]), str(v["task_id"])), []).append(v["status"] == "correct")
+    if not groups:
+        raise ValueError(f"no kernel of turn {turn}")
+    hits: dict[str, list[int]] = {}
+    for (_, task), correct in groups.items():
+        seen = hits.setdefault(task, [0, 0])
+        seen[0] += sum(correct)
+        seen[1] += len(correct)
+    rate = {task: c / n for task, (c, n) in hits.items()}
+    return _mean([1 - rate[task] ** trajectories - (1 - rate[task]) ** trajectories for _, task in groups])
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",

@@ -184,9 +184,12 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
     assert saved["turn_2/correct_share"]["gain"] == 1.0 and saved["turn_1/correct_share"]["verdict"] == (
         "a fall beyond the noise")
     # One kernel a group: turn 1 correct at step 0, incorrect at step 2; turn 2 the other way round.
-    assert "turn 1: 2 groups: 1 / 0 (0.00) / 1" in result.output
+    assert "turn 1: 2 groups: 1 / 0 (0.00) / 1; at its tasks' correct rates, groups of 4 / 8 / 16 would be mixed in " \
+        "0.88 / 0.99 / 1.00" in result.output  # one task, correct half the time: p 0.5 for both its groups
     groups = json.loads((run / "plots" / "learning.json").read_text())["groups"]
-    assert groups["2"] == {"groups": 2, "none_correct": 1, "mixed": 0, "all_correct": 1}
+    assert groups["2"] == {"groups": 2, "none_correct": 1, "mixed": 0, "all_correct": 1,
+                           "mixed_share_at": {"4": 0.875, "8": pytest.approx(1 - 2 * 0.5 ** 8),
+                                              "16": pytest.approx(1 - 2 * 0.5 ** 16)}}
 
 
 def test_each_turn_step_by_step_with_the_answers_cut_off():
@@ -313,3 +316,20 @@ def test_groups_say_what_each_update_had_to_learn_from():
         1: {"groups": 4, "none_correct": 2, "mixed": 1, "all_correct": 1},
         2: {"groups": 1, "none_correct": 0, "mixed": 0, "all_correct": 1}}
     assert turn_groups([]) == {}
+
+
+def test_the_mixed_share_more_trajectories_would_give():
+    """Task a is correct on 6 of its 8 first-turn kernels over the run (p 0.75), task b never (p 0). A group of n of a
+    is mixed with chance 1 - 0.75^n - 0.25^n (n 2: 0.375; n 4: 0.6796875), one of b never; a was drawn twice, b
+    once, so the share is two thirds of a's chance."""
+    from kevin.analysis.learning import mixed_share_at
+
+    verdicts = [_kernel(0, 0, "a", s) for s in ("correct", "incorrect", "correct", "compile_error")]
+    verdicts += [_kernel(1, 0, "a", "correct") for _ in range(4)]
+    verdicts += [_kernel(0, 0, "b", "incorrect") for _ in range(4)]
+    verdicts += [_kernel(0, 1, "b", "correct")]  # turn 2: not counted for turn 1
+    assert mixed_share_at(verdicts, 1, 2) == pytest.approx(0.375 * 2 / 3)
+    assert mixed_share_at(verdicts, 1, 4) == pytest.approx(0.6796875 * 2 / 3)
+    assert mixed_share_at(verdicts, 2, 4) == 0.0  # b's one turn-2 kernel: always correct
+    with pytest.raises(ValueError, match="no kernel of turn 3"):
+        mixed_share_at(verdicts, 3, 4)
