@@ -15,6 +15,10 @@ those tasks, with a bootstrap over the tasks. ``turn_task_gain`` does the same f
 the judged kernels of the steps' rollouts: the first turn is what the warm start taught, the refinement turn is not,
 and an update can move one while the other stays put or falls.
 
+Whether a run could learn at all is read from its groups (``turn_groups``: one task's kernels at one turn of a
+step): GRPO learns correctness only from a group that holds a correct kernel beside a failing one, and
+``mixed_share_at`` forecasts how often larger groups would, at the run's own correct rates.
+
 matplotlib is imported by ``plot_learning`` only.
 """
 
@@ -27,10 +31,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kevin.pipeline import step_totals
 
-__all__ = ["LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain", "WindowGain",
-           "GROUP_KINDS", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain", "turn_groups",
-           "turn_step_rows",
-           "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
+__all__ = ["GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain",
+           "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain", "turn_groups",
+           "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and

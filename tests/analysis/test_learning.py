@@ -301,7 +301,6 @@ def test_a_step_whose_rollout_is_gone_is_read_from_its_kernels_file(tmp_path):
     assert "the judged kernels of" not in result.output  # every step's kernels are here
 
 
-
 def test_groups_say_what_each_update_had_to_learn_from():
     """A group is one task's kernels at one turn of one step: only one that holds correct and failing kernels teaches
     correctness; steps and tasks are never pooled into one group."""
