@@ -27,7 +27,7 @@ from kevin.evaluation.report import PhaseProgress
 from kevin.evaluation.runs import RunPlan
 from kevin.evaluation.sandbox import HarnessJob
 from kevin.evaluation.verdict import Failure, score
-from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused
+from kevin.evaluation.verdict_memo import Pending, VerdictMemo, reusable, reused
 from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status, trim_error
 from kevin.tasks.task import Task
 
@@ -134,12 +134,14 @@ class Batch:
         self.compile_intervals: list[tuple[float, float]] = []
         self.bar = PhaseProgress() if show else None
         self._lock = threading.Lock()
-        # Under reuse_verdicts: each judged item's key, the identical items waiting for its verdict, and those whose
-        # first's verdict could not stand for them (judged after the batch's others, ``run``).
+        # Under reuse_verdicts: each judged item's key, the identical items waiting for its verdict, the items
+        # waiting for another batch's judgement of their key, and those whose first's verdict could not stand for
+        # them (judged after the batch's others, ``run``).
         self.reuse = reuse and ev.config.reuse_verdicts
         self.keys: dict[int, str] = {}
         self.first: dict[str, int] = {}
         self.followers: dict[int, list[int]] = {}
+        self.elsewhere: list[tuple[int, Pending]] = []
         self.again: list[int] = []
 
     def done(self, i: int, result: EvalResult) -> None:
@@ -158,16 +160,20 @@ class Batch:
             self.done(f, reused(result, self.items[f][1]))
 
     def _first_of_its_kind(self, i: int) -> bool:
-        """Under reuse_verdicts: False when item ``i`` got a known verdict or waits for an identical item's (then
-        it is neither compiled nor run), True when it is to be judged."""
+        """Under reuse_verdicts: False when item ``i`` got a known verdict or waits for an identical item's, in this
+        batch or in another one judging it now (then it is neither compiled nor run), True when it is to be judged
+        (its key is then in flight for this batch)."""
         task, cand = self.items[i]
         key = self.ev.verdict_key(task, cand)
-        known = self.ev.verdicts.get(key, cand)
-        if known is not None:
-            self.done(i, known)
-            return False
         if key in self.first:
             self.followers.setdefault(self.first[key], []).append(i)
+            return False
+        found = self.ev.verdicts.claim(key, cand)
+        if isinstance(found, EvalResult):
+            self.done(i, found)
+            return False
+        if isinstance(found, Pending):
+            self.elsewhere.append((i, found))
             return False
         self.keys[i], self.first[key] = key, i
         return True
@@ -235,6 +241,31 @@ class Batch:
             self.done(i, result)
 
     def run(self) -> list[EvalResult]:
+        try:
+            self._judge()
+        finally:
+            for i, key in self.keys.items():  # keys it claimed and gave no verdict: their waiters judge their own
+                if self.results[i] is None:
+                    self.ev.verdicts.release(key)
+        for i, pending in self.elsewhere:  # after its own keys are given, so two batches never wait on each other
+            given = pending.wait()
+            if given is not None and reusable(given):
+                self.done(i, reused(given, self.items[i][1]))
+            else:
+                self.again.append(i)
+        if self.again:
+            # Repeats of a candidate whose verdict was the moment's (a timeout, a failure not the candidate's): each
+            # judged on its own, not grouped again behind one of them.
+            ev = self.ev
+            rest = Batch(ev, [self.items[i] for i in self.again], None, False, reuse=False)
+            for i, result in zip(self.again, rest.run()):
+                self.done(i, result)
+            self.run_intervals += rest.run_intervals
+            self.compile_intervals += rest.compile_intervals
+        return [r for r in self.results if r is not None]
+
+    def _judge(self) -> None:
+        """Judge the batch's own items: static rules, baselines, compiles, run phases."""
         ev = self.ev
         compile_q: list[int] = []
         for i, (task, cand) in enumerate(self.items):
@@ -271,15 +302,6 @@ class Batch:
             t.join()
         if self.bar:
             self.bar.close()
-        if self.again:
-            # Repeats of a candidate whose verdict was the moment's (a timeout, a failure not the candidate's): each
-            # judged on its own, not grouped again behind one of them.
-            rest = Batch(ev, [self.items[i] for i in self.again], None, False, reuse=False)
-            for i, result in zip(self.again, rest.run()):
-                self.done(i, result)
-            self.run_intervals += rest.run_intervals
-            self.compile_intervals += rest.compile_intervals
-        return [r for r in self.results if r is not None]
 
 
 __all__ = ["Batch", "BatchHost", "CompileSlots", "Started", "compile_priority"]

@@ -14,6 +14,11 @@ each, so a forgery caught on some draws scores the same on average, never more).
 that says more about the evaluator's moment than about the candidate (a timeout, an evaluator or task failure, a
 timing flag the machine's load can raise); identical candidates in that case are judged again. Whose failure a
 verdict is comes from ``EvalResult.fault``, set where the failure is made, never from its error text.
+
+Batches run at once (a rollout's waves): a key one batch is judging is in flight (``Pending``), and another batch's
+identical candidate waits for that verdict instead of judging it a second time (the sixth H200 run judged a kernel
+twice in 7 of its 11 groups of four identical correct copies, one judgement a wave, and their timing noise then
+scored the copies apart).
 """
 
 from __future__ import annotations
@@ -49,8 +54,27 @@ def reused(result: EvalResult, candidate: Candidate) -> EvalResult:
                                reused=True)
 
 
+class Pending:
+    """A key one batch is judging now: the verdict it gives, once given (None if the batch gave none)."""
+
+    def __init__(self) -> None:
+        self._given = threading.Event()
+        self._result: EvalResult | None = None
+
+    def resolve(self, result: EvalResult | None) -> None:
+        self._result = result
+        self._given.set()
+
+    def wait(self) -> EvalResult | None:
+        """The verdict of the batch judging the key, when it has one. Never forever: the judging batch resolves
+        every key it claimed before its call returns or raises (``VerdictMemo.release``)."""
+        self._given.wait()
+        return self._result
+
+
 class VerdictMemo:
-    """The reusable verdicts of one evaluator, by ``verdict_key``; thread-safe, the newest ``capacity`` kept."""
+    """The reusable verdicts of one evaluator, by ``verdict_key``, and the keys being judged now; thread-safe, the
+    newest ``capacity`` verdicts kept."""
 
     def __init__(self, capacity: int = 2048):
         if capacity < 1:
@@ -59,6 +83,7 @@ class VerdictMemo:
         self.hits = 0
         """Verdicts handed to a repeat so far (benchmarks and logs read it)."""
         self._entries: OrderedDict[str, EvalResult] = OrderedDict()
+        self._in_flight: dict[str, Pending] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -75,16 +100,39 @@ class VerdictMemo:
             self.hits += 1
         return reused(known, candidate)
 
-    def put(self, key: str, result: EvalResult) -> None:
-        """Keep ``result`` for ``key`` if it is reusable (the first verdict of a key stays)."""
-        if result.reused or not reusable(result):
-            return
+    def claim(self, key: str, candidate: Candidate) -> EvalResult | Pending | None:
+        """The verdict kept for ``key`` as ``candidate``'s; else the ``Pending`` of the batch judging ``key`` now
+        (wait for it); else None, and ``key`` is in flight for the caller, who must ``put`` its verdict or
+        ``release`` it."""
         with self._lock:
-            if key in self._entries:
-                return
-            self._entries[key] = dataclasses.replace(result, warnings=list(result.warnings))
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+            known = self._entries.get(key)
+            if known is None:
+                if key not in self._in_flight:
+                    self._in_flight[key] = Pending()
+                    return None
+                return self._in_flight[key]
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return reused(known, candidate)
+
+    def put(self, key: str, result: EvalResult) -> None:
+        """Keep ``result`` for ``key`` if it is reusable (the first verdict of a key stays), and hand it to the
+        batches waiting for ``key`` (reusable or not: they judge their own candidates again if not)."""
+        with self._lock:
+            pending = self._in_flight.pop(key, None)
+            if not result.reused and reusable(result) and key not in self._entries:
+                self._entries[key] = dataclasses.replace(result, warnings=list(result.warnings))
+                while len(self._entries) > self.capacity:
+                    self._entries.popitem(last=False)
+        if pending is not None:
+            pending.resolve(result)
+
+    def release(self, key: str) -> None:
+        """``key`` will get no verdict from the batch that claimed it (it failed): its waiters judge their own."""
+        with self._lock:
+            pending = self._in_flight.pop(key, None)
+        if pending is not None:
+            pending.resolve(None)
 
 
-__all__ = ["NOT_REUSED_RULES", "VerdictMemo", "reusable", "reused", "verdict_key"]
+__all__ = ["NOT_REUSED_RULES", "Pending", "VerdictMemo", "reusable", "reused", "verdict_key"]

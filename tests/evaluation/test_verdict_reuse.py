@@ -14,7 +14,7 @@ from kevin.evaluation.compile_cache import Compiled
 from kevin.evaluation.judge import JudgeError
 from kevin.evaluation.runs import reported_failure
 from kevin.evaluation.verdict import Failure, RunFacts, assemble
-from kevin.evaluation.verdict_memo import VerdictMemo, reusable, reused, verdict_key
+from kevin.evaluation.verdict_memo import Pending, VerdictMemo, reusable, reused, verdict_key
 from kevin.records.evaluation import EvalResult, Fault, PhaseTimes
 from tests.conftest import RELU_BODY, cpp_solution
 
@@ -72,6 +72,29 @@ def test_the_memo_keeps_the_first_reusable_verdict_of_a_key_and_the_newest_keys(
     assert memo.get("k2", cand) is None and memo.get("k1", cand) is not None and memo.get("k3", cand) is not None
     with pytest.raises(ValueError):
         VerdictMemo(capacity=0)
+
+
+def test_a_key_in_flight_is_waited_for_not_judged_twice():
+    """claim: the kept verdict; else the judging batch's Pending; else None, and the key is the caller's to judge."""
+    memo = VerdictMemo()
+    cand = Candidate("t", "s", candidate_id="c")
+    assert memo.claim("k", cand) is None  # the first batch judges it
+    pending = memo.claim("k", cand)  # a second batch waits
+    assert isinstance(pending, Pending) and memo.claim("k", cand) is pending
+    memo.put("k", _verdict(Status.INCORRECT))
+    assert pending.wait().status is Status.INCORRECT  # handed to the waiter
+    again = memo.claim("k", cand)
+    assert (again.status, again.reused, again.candidate_id, memo.hits) == (Status.INCORRECT, True, "c", 1)
+
+    # A verdict of the moment reaches the waiters (who then judge their own) but is not kept: the key is free again.
+    assert memo.claim("t", cand) is None
+    waiting = memo.claim("t", cand)
+    memo.put("t", _verdict(Status.TIMEOUT))
+    assert waiting.wait().status is Status.TIMEOUT and memo.claim("t", cand) is None
+    # A batch that fails releases its keys: the waiters get nothing and judge their own; the key can be claimed anew.
+    waiting = memo.claim("t", cand)
+    memo.release("t")
+    assert waiting.wait() is None and memo.claim("t", cand) is None
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +226,71 @@ def test_repeats_of_an_evaluator_or_task_failure_are_each_judged(config, relu_ta
         results = ev.evaluate_many(_items(relu_task, [GOOD, GOOD], "t"))
         assert [(r.fault, r.reused) for r in results] == [(Fault.TASK, False)] * 2 and len(ev.verdicts) == 0
         assert len(ev.run_intervals) == 2  # the repeat went through a run phase of its own
+
+
+def _when_one_waits(ev, monkeypatch):
+    """An event set once a batch's claim found its key in flight in another batch (so two batches overlap on it)."""
+    import threading
+
+    waits, real_claim = threading.Event(), ev.verdicts.claim
+
+    def claim(key, cand):
+        found = real_claim(key, cand)
+        if isinstance(found, Pending):
+            waits.set()
+        return found
+
+    monkeypatch.setattr(ev.verdicts, "claim", claim)
+    return waits
+
+
+def _at_once(ev, first, second):
+    """Both batches' ``evaluate_many`` started together; each one's results, or the exception it raised."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(ev.evaluate_many, items) for items in (first, second)]
+        return [f.exception(timeout=300) or f.result() for f in futures]
+
+
+def test_batches_at_once_judge_a_shared_candidate_once(config, relu_task, monkeypatch):
+    """A rollout's waves are judged at once: the wave that finds a kernel being judged by the other waits for that
+    verdict (one measurement, one score for both copies) instead of judging it again."""
+    source = GOOD.replace("t_reuse_ok", "t_reuse_inflight")
+    with Evaluator(config) as ev:
+        waits, real_run, runs = _when_one_waits(ev, monkeypatch), ev.run_phase, []
+
+        def run_phase(task, cand, *args, **kw):  # no run ends before the other batch has found the key in flight
+            runs.append(cand.candidate_id)
+            assert waits.wait(120)
+            return real_run(task, cand, *args, **kw)
+
+        monkeypatch.setattr(ev, "run_phase", run_phase)
+        (a,), (b, wrong) = _at_once(ev, _items(relu_task, [source], "w0-"), _items(relu_task, [source, WRONG], "w1-"))
+        # The shared kernel ran once, in whichever batch claimed it first; the other batch ran only its new one.
+        assert sorted(runs) in (["w0-0", "w1-1"], ["w1-0", "w1-1"])
+        assert (a.status, b.status) == (Status.CORRECT, Status.CORRECT) and a.reused != b.reused
+        assert (a.candidate_id, b.candidate_id) == ("w0-0", "w1-0")
+        assert b.runtime_ms == a.runtime_ms and b.score == a.score
+        assert wrong.status is Status.INCORRECT and not wrong.reused
+
+
+def test_a_batch_that_fails_lets_the_waiting_batch_judge_its_own(config, relu_task, monkeypatch):
+    source = GOOD.replace("t_reuse_ok", "t_reuse_inflight_lost")
+    with Evaluator(config) as ev:
+        waits, real_compile, builds = _when_one_waits(ev, monkeypatch), ev.compile, []
+
+        def compile_first_fails(cand, rank=0):  # the claiming batch's build raises once the other batch waits on it
+            builds.append(cand.candidate_id)
+            if len(builds) == 1:
+                assert waits.wait(120)
+                raise RuntimeError("the build machinery broke")
+            return real_compile(cand, rank)
+
+        monkeypatch.setattr(ev, "compile", compile_first_fails)
+        outcomes = _at_once(ev, _items(relu_task, [source], "x0-"), _items(relu_task, [source], "x1-"))
+        raised = [o for o in outcomes if isinstance(o, BaseException)]
+        judged = [o[0] for o in outcomes if not isinstance(o, BaseException)]
+        assert [str(e) for e in raised] == ["the build machinery broke"]
+        # The waiting batch got no verdict and judged its own: a build and a run phase of its own.
+        assert [(r.status, r.reused) for r in judged] == [(Status.CORRECT, False)] and len(builds) == 2
