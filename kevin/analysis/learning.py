@@ -247,18 +247,23 @@ class TurnTaskGain(TaskGain):
     """1-based turn."""
 
 
+def _turn_kernels(verdicts: Iterable[Mapping[str, Any]], turn: int) -> dict[tuple[int, str], list[Mapping[str, Any]]]:
+    """The judged kernels of 1-based ``turn``, by (0-based step, task): one group of trajectories each."""
+    kernels: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
+    for v in verdicts:
+        if int(v["turn"]) == turn - 1:
+            kernels.setdefault((int(v["step"]), str(v["task_id"])), []).append(v)
+    return kernels
+
+
 def turn_task_visits(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str) -> dict[str, list[float]]:
     """Per task, ``metric`` of its kernels at 1-based ``turn`` in each step that drew it, in step order.
     ``verdicts``: one mapping per judged kernel with ``step``, ``turn`` (0-based, as the rollout files number
     them), ``task_id``, ``status`` and ``score``."""
     if metric not in TURN_METRICS:
         raise ValueError(f"metric must be one of {', '.join(TURN_METRICS)}, got {metric!r}")
-    kernels: dict[tuple[int, str], list[Mapping[str, Any]]] = {}
-    for v in verdicts:
-        if int(v["turn"]) == turn - 1:
-            kernels.setdefault((int(v["step"]), str(v["task_id"])), []).append(v)
     visits: dict[str, list[float]] = {}
-    for (_, task), group in sorted(kernels.items()):
+    for (_, task), group in sorted(_turn_kernels(verdicts, turn).items()):
         value = _turn_figure(group, metric)
         if value is not None:
             visits.setdefault(task, []).append(value)
@@ -284,15 +289,14 @@ def turn_groups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, in
     """Per 1-based turn, how many of its groups (one task's kernels at that turn of one step) fell in each of
     ``GROUP_KINDS``, beside ``groups``. A learning run whose groups are mostly none or all correct gives its updates
     little to go on, whatever its settings."""
-    groups: dict[tuple[int, int, str], list[bool]] = {}
-    for v in verdicts:
-        groups.setdefault((int(v["turn"]) + 1, int(v["step"]), str(v["task_id"])), []).append(v["status"] == "correct")
+    verdicts = list(verdicts)
     out: dict[int, dict[str, int]] = {}
-    for (turn, _, _), correct in sorted(groups.items()):
-        kind = "all_correct" if all(correct) else "mixed" if any(correct) else "none_correct"
-        counts = out.setdefault(turn, {"groups": 0, **dict.fromkeys(GROUP_KINDS, 0)})
-        counts["groups"] += 1
-        counts[kind] += 1
+    for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
+        counts = out[turn] = {"groups": 0, **dict.fromkeys(GROUP_KINDS, 0)}
+        for group in _turn_kernels(verdicts, turn).values():
+            correct = [v["status"] == "correct" for v in group]
+            counts["groups"] += 1
+            counts["all_correct" if all(correct) else "mixed" if any(correct) else "none_correct"] += 1
     return out
 
 
@@ -302,17 +306,14 @@ def mixed_share_at(verdicts: Iterable[Mapping[str, Any]], turn: int, trajectorie
     each kernel being correct, independent within a group; a group of n is mixed unless all or none are correct,
     1 - p^n - (1 - p)^n, averaged over the groups the run drew. What more trajectories a task would buy a run
     whose tasks are mostly solved always or never (a forecast from the run's own rates, which drift as it trains)."""
-    groups: dict[tuple[int, str], list[bool]] = {}
-    for v in verdicts:
-        if int(v["turn"]) == turn - 1:
-            groups.setdefault((int(v["step"]), str(v["task_id"])), []).append(v["status"] == "correct")
+    groups = _turn_kernels(verdicts, turn)
     if not groups:
         raise ValueError(f"no kernel of turn {turn}")
     hits: dict[str, list[int]] = {}
-    for (_, task), correct in groups.items():
+    for (_, task), group in groups.items():
         seen = hits.setdefault(task, [0, 0])
-        seen[0] += sum(correct)
-        seen[1] += len(correct)
+        seen[0] += sum(v["status"] == "correct" for v in group)
+        seen[1] += len(group)
     rate = {task: c / n for task, (c, n) in hits.items()}
     return _mean([1 - rate[task] ** trajectories - (1 - rate[task]) ** trajectories for _, task in groups])
 

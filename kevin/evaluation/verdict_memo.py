@@ -90,29 +90,31 @@ class VerdictMemo:
         with self._lock:
             return len(self._entries)
 
+    def _hit(self, key: str) -> EvalResult | None:
+        """The verdict kept for ``key``, counted as a hit and kept longest; None when there is none. Under the lock."""
+        known = self._entries.get(key)
+        if known is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return known
+
     def get(self, key: str, candidate: Candidate) -> EvalResult | None:
         """The verdict kept for ``key``, as ``candidate``'s; None when there is none."""
         with self._lock:
-            known = self._entries.get(key)
-            if known is None:
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-        return reused(known, candidate)
+            known = self._hit(key)
+        return None if known is None else reused(known, candidate)
 
     def claim(self, key: str, candidate: Candidate) -> EvalResult | Pending | None:
         """The verdict kept for ``key`` as ``candidate``'s; else the ``Pending`` of the batch judging ``key`` now
         (wait for it); else None, and ``key`` is in flight for the caller, who must ``put`` its verdict or
         ``release`` it."""
         with self._lock:
-            known = self._entries.get(key)
+            known = self._hit(key)
             if known is None:
                 if key not in self._in_flight:
                     self._in_flight[key] = Pending()
                     return None
                 return self._in_flight[key]
-            self._entries.move_to_end(key)
-            self.hits += 1
         return reused(known, candidate)
 
     def put(self, key: str, result: EvalResult) -> None:
