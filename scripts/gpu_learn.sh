@@ -37,22 +37,36 @@
 # and the rollouts of steps after the newest checkpoint (a resume redoes those from their files); the rollouts of
 # checkpointed steps stay here.
 set -uo pipefail
-STAGE=${1:?usage: gpu_learn.sh prepare|keep|carried|check|timing|sft|train|eval}
+STAGE=${1:?usage: gpu_learn.sh names|prepare|keep|carried|check|timing|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
-# LEARN: the run's own settings over configs/h200_learn.yaml. The first run (23 steps, rewards.truncation keep) is
+# LEARN: the run's own settings over configs/h200_learn.yaml, one file or several layered in order (quoted, separated
+# by spaces); the run's folder is the experiment.name of the last layer that sets one, its warm start the sft.output_dir
+# of the last that sets one (`bash scripts/gpu_learn.sh names` prints what LEARN gives). The first run (23 steps, rewards.truncation keep) is
 # LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml, the third
 # (barren tasks rest, lr 1e-3) LEARN=configs/h200_learn_rest.yaml; these share the first warm start. The fourth
 # (its own 6-epoch warm start, second turns after a failure too) is LEARN=configs/h200_learn_turns.yaml, the fifth (the
-# fourth with advantages per task and turn) LEARN=configs/h200_learn_turn_groups.yaml; the default is the sixth, the
-# fifth with AdamW's epsilon at 1e-5. The fourth to sixth share the fourth's warm start (the sixth's committed pack,
-# runs/h200-learn-eps, starts as that warm start alone).
-LEARN=${LEARN:-configs/h200_learn_eps.yaml}
+# fourth with advantages per task and turn) LEARN=configs/h200_learn_turn_groups.yaml, the sixth (the fifth with AdamW's
+# epsilon at 1e-5) LEARN=configs/h200_learn_eps.yaml; the default is the seventh, the sixth with 8 trajectories a
+# task. The fourth to seventh share the fourth's warm start (the sixth's committed pack, runs/h200-learn-eps, holds
+# it, and `prepare` takes it from there for a run that has no pack yet).
+LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_k8.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
-[ "$LEARN" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $LEARN"
-RUN=outputs/$(sed -n 's/^  name: *\([A-Za-z0-9_.-]*\).*/\1/p' "$LEARN" | head -1)
-# The warm start: the run's own sft.output_dir where its config sets one (a warm start of its own), else the shared one.
-SFT=$(awk '/^sft:/ {f = 1; next} /^[^ #]/ {f = 0} f && $1 == "output_dir:" {print $2; exit}' "$LEARN")
-SFT=${SFT:-outputs/h200-sft}
+for layer in $LEARN; do
+  [ -f "$layer" ] || { echo "LEARN names $layer, which is not a file" >&2; exit 2; }
+  [ "$layer" = configs/h200_learn.yaml ] || PARAMS="$PARAMS --params $layer"
+done
+setting() {  # setting SECTION KEY: its value in the last layer (configs/h200_learn.yaml first, then LEARN) that sets it
+  local layer value found=
+  for layer in configs/h200_learn.yaml $LEARN; do
+    value=$(awk -v section="$1:" -v key="$2:" '$1 == section && /^[^ #]/ {f = 1; next} /^[^ #]/ {f = 0}
+      f && $1 == key {print $2; exit}' "$layer")
+    [ -n "$value" ] && found=$value
+  done
+  echo "$found"
+}
+RUN=outputs/$(setting experiment name)
+# The warm start: configs/h200_learn.yaml's (outputs/h200-sft, the first three runs'), or a layer's own.
+SFT=$(setting sft output_dir)
 GGUF=SmolLM2-135M-Instruct.Q4_1.gguf
 KEEP=runs/${RUN#outputs/}  # the run's pack, committed: it outlives a fresh checkout
 
@@ -138,6 +152,17 @@ case "$STAGE" in
       # A fresh checkout: the run so far is its committed pack (the rollouts of checkpointed steps did not travel).
       cat "$KEEP"/run.tar.part-* | tar -xzf - -C .carry/full || exit 1
     fi
+    if [ ! -d ".carry/full/$SFT" ]; then
+      # A new run from a warm start that an earlier run's committed pack holds: that warm start and its evaluations.
+      for pack in runs/*/; do
+        ls "$pack"run.tar.part-* >/dev/null 2>&1 || continue
+        cat "$pack"run.tar.part-* | tar -tzf - | grep -E "^($SFT|$(start_eval ''))" > .carry/from_pack.txt
+        [ -s .carry/from_pack.txt ] || continue
+        cat "$pack"run.tar.part-* | tar -xzf - -C .carry/full -T .carry/from_pack.txt || exit 1
+        echo "the warm start $SFT taken from ${pack%/}"; break
+      done
+      rm -f .carry/from_pack.txt
+    fi
     if ls "$KEEP"/run.tar.part-* >/dev/null 2>&1; then  # out of the calls' way; `keep` writes the newest back
       rm -rf .carry/kept && mkdir -p .carry/kept && mv "$KEEP"/run.tar.part-* .carry/kept/
       echo "$KEEP moved to .carry/kept while the calls are made: do not commit its deletion; 'keep' writes it back"
@@ -176,6 +201,8 @@ case "$STAGE" in
     ls .carry/pieces/run.tar.part-* >/dev/null 2>&1 || { echo "no pack in .carry/pieces: run 'prepare [RUN_BACK]' first"; exit 1; }
     mkdir -p "$KEEP" && rm -f "$KEEP"/run.tar.part-* && cp .carry/pieces/run.tar.part-* "$KEEP"/ && rm -rf .carry/kept
     du -sh "$KEEP"; echo "commit $KEEP: the next session's checkout has only what the repository holds" ;;
+  names)  # what LEARN gives: the run's folder, its warm start, its committed pack and the params layers
+    printf 'run %s\nwarm start %s\npack %s\nparams %s\n' "$RUN" "$SFT" "$KEEP" "$PARAMS" ;;
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then
@@ -216,10 +243,12 @@ case "$STAGE" in
     pack_run ;;
   eval)
     # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the
-    # train tasks and/or the held-out eval tasks; one try per task (1x1).
+    # train tasks and/or the held-out eval tasks; BUDGET tries a task.
     device_setup
-    # BUDGET: trajectories x turns per task (1x1 by default; 1x2 lets the second turn answer the first's feedback).
-    budget=${BUDGET:-1x1}; suffix=; [ "$budget" = 1x1 ] || suffix=-$budget
+    # BUDGET: trajectories x turns per task (4x1 by default: one try a task gave the sixth run's start and last
+    # checkpoint 35% and 40% on the train split where four gave 32% and 28% on average; 1x2 lets the second turn
+    # answer the first's feedback).
+    budget=${BUDGET:-4x1}; suffix=; [ "$budget" = 1x1 ] || suffix=-$budget
     for which in ${WHICH:-start last}; do
       for side in ${SIDES:-train eval}; do
         # the warm start's evaluations are shared by the runs that start from it
@@ -233,5 +262,5 @@ case "$STAGE" in
       done
     done
     pack_run ;;
-  *) echo "unknown stage $STAGE (prepare|keep|carried|check|timing|sft|train|eval)" >&2; exit 2 ;;
+  *) echo "unknown stage $STAGE (names|prepare|keep|carried|check|timing|sft|train|eval)" >&2; exit 2 ;;
 esac

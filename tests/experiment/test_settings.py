@@ -3,6 +3,8 @@ that say what to do."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -170,3 +172,51 @@ def test_the_time_limit_leaves_out_the_slow_first_step_of_a_process(monkeypatch,
     reasons = run_steps(150.0, 60.0, 70.0)
     assert reasons[:2] == ["", ""]
     assert "280 s of experiment.time_limit_s=300 used and a step takes up to 70 s" in reasons[2]
+
+
+def _gpu_learn_names(learn: str | None) -> dict[str, str]:
+    """What scripts/gpu_learn.sh makes of LEARN (its `names` stage: the run's folder, warm start, pack and layers)."""
+    env = {k: v for k, v in os.environ.items() if k != "LEARN"} | ({"LEARN": learn} if learn is not None else {})
+    out = subprocess.run(["bash", "scripts/gpu_learn.sh", "names"], cwd=REPO, env=env, capture_output=True, text=True,
+                         check=True).stdout
+    return dict(line.split(" ", 1) if not line.startswith("warm start") else ("warm start", line[len("warm start "):])
+                for line in out.splitlines())
+
+
+def test_the_seventh_run_is_the_sixth_with_eight_trajectories():
+    # The default of scripts/gpu_learn.sh layers the seventh run's file over the sixth's: one setting differs.
+    names = _gpu_learn_names(None)
+    assert names == {"run": "outputs/h200-learn-k8", "warm start": "outputs/h200-sft-turns-both",
+                     "pack": "runs/h200-learn-k8",
+                     "params": "--params params.yaml --params configs/h200_learn.yaml --params "
+                               "configs/h200_learn_eps.yaml --params configs/h200_learn_k8.yaml"}
+    base = [REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml", REPO / "configs" / "h200_learn_eps.yaml"]
+    sixth, seventh = RunConfig.from_files(base), RunConfig.from_files(base + [REPO / "configs" / "h200_learn_k8.yaml"])
+    assert (sixth.rollout.trajectories, seventh.rollout.trajectories) == (4, 8)
+    assert (seventh.train.adam_eps, seventh.train.lr, seventh.rewards.group) == (1e-5, 1e-3, "turn")
+    assert seventh.sft == sixth.sft and seventh.train.grad_steps == sixth.train.grad_steps
+    assert seventh.experiment.tasks_per_batch == sixth.experiment.tasks_per_batch == 4
+    assert seventh.tracking.tracking_uri == "sqlite:///outputs/h200-learn-k8/mlflow.db"
+    assert seventh.evaluate.checkpoint == "outputs/h200-learn-k8/checkpoints"
+    differ = {(section, key) for section, values in seventh.params_dict().items() if isinstance(values, dict)
+              for key, value in values.items() if sixth.params_dict()[section][key] != value}
+    assert differ == {("rollout", "trajectories"), ("experiment", "name"), ("tracking", "tracking_uri"),
+                      ("tracking", "artifact_location"), ("evaluate", "checkpoint")}
+
+
+@pytest.mark.parametrize("learn, run, warm_start", [
+    ("configs/h200_learn.yaml", "outputs/h200-learn", "outputs/h200-sft"),
+    ("configs/h200_learn_rest.yaml", "outputs/h200-learn-rest", "outputs/h200-sft-turns"),
+    ("configs/h200_learn_turns.yaml", "outputs/h200-learn-turns", "outputs/h200-sft-turns-both"),
+    ("configs/h200_learn_eps.yaml", "outputs/h200-learn-eps", "outputs/h200-sft-turns-both"),
+])
+def test_gpu_learn_names_a_run_by_its_last_layer(learn, run, warm_start):
+    names = _gpu_learn_names(learn)
+    assert (names["run"], names["warm start"], names["pack"]) == (run, warm_start, "runs/" + run.split("/")[1])
+    assert names["params"].endswith("configs/h200_learn.yaml" if learn == "configs/h200_learn.yaml" else learn)
+
+
+def test_gpu_learn_refuses_a_layer_that_is_not_a_file():
+    env = dict(os.environ, LEARN="configs/h200_learn_eps.yaml configs/no_such.yaml")
+    done = subprocess.run(["bash", "scripts/gpu_learn.sh", "names"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "configs/no_such.yaml, which is not a file" in done.stderr
