@@ -14,6 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from kevin.experiment.files import step_dirs, step_index
+
 __all__ = ["KERNELS_FILE", "baseline_entry", "headline_metrics", "kernel_rows", "merge_baselines", "prepare_output_dir",
            "read_run_config", "read_step_summaries", "read_step_verdicts", "report_markdown", "run_settings",
            "step_totals", "train_curve", "train_metrics", "write_csv", "write_json"]
@@ -120,8 +122,8 @@ def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
     a kill is skipped, as the rollout's own resume does. A step whose rollout is gone (a run moved without it) gives
     its ``kernels.jsonl``, or nothing if it has none."""
     found = []
-    for step_dir in sorted((Path(out_dir) / "steps").glob("step_*")):
-        step = int(step_dir.name.split("_")[1])
+    for step_dir in step_dirs(out_dir):
+        step = step_index(step_dir)
         verdict_files = sorted(step_dir.glob("rollout/**/verdicts_*.jsonl"))
         if not verdict_files and (step_dir / KERNELS_FILE).is_file():
             found.extend({**row, "step": step} for row in _json_lines(step_dir / KERNELS_FILE))

@@ -29,6 +29,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from kevin.experiment.files import step_dirs, step_index
+
 
 def fork_figures(logprobs: list[list[float]]) -> dict[str, float]:
     """Per answer: mean tokens, tokens below p 0.9 and 0.5, and negative log-likelihood (nats)."""
@@ -124,9 +126,9 @@ def main() -> None:
         print(f"warm start: {w['examples']} examples, {w['tokens']:.0f} answer tokens each, entropy {w['entropy']:.4f} "
               f"nats a token (T 1), {w['p<0.9']:.1f} answer tokens below p 0.9 an example")
         return
-    steps = sorted((args.run_dir / "steps").glob("step_*"))
+    steps = step_dirs(args.run_dir)
     if args.steps:
-        steps = [s for s in steps if int(s.name.split("_")[1]) in set(args.steps)]
+        steps = [s for s in steps if step_index(s) in set(args.steps)]
     if not steps:
         raise SystemExit(f"no step folders under {args.run_dir / 'steps'}")
     policy = load_policy(args.params, args.project_dir, args.checkpoint) if args.params and args.temperature else None
@@ -134,7 +136,7 @@ def main() -> None:
     for step_dir in steps:
         samples = read_samples(step_dir)
         f = fork_figures([s["old_logprobs"] for s in samples])
-        print(f"{int(step_dir.name.split('_')[1]) + 1:4d}  {len(samples):7d}  {f['tokens']:6.0f}  {f['p<0.9']:11.1f}  "
+        print(f"{step_index(step_dir) + 1:4d}  {len(samples):7d}  {f['tokens']:6.0f}  {f['p<0.9']:11.1f}  "
               f"{f['p<0.5']:11.1f}  {f['nll']:6.2f}")
         if policy is not None:
             chosen = samples[:args.limit] if args.limit else samples

@@ -23,10 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from answer_forks import load_policy, read_samples, rescore
-
-
-def step_index(step_dir: Path) -> int:
-    return int(step_dir.name.split("_")[1])
+from kevin.experiment.files import step_dirs, step_index
 
 
 def correct_answers(run_dir: Path) -> tuple[dict[str, list[dict]], dict[str, list[int]], dict[str, list[int]]]:
@@ -36,7 +33,7 @@ def correct_answers(run_dir: Path) -> tuple[dict[str, list[dict]], dict[str, lis
     seen: set[tuple] = set()
     drawn: dict[str, list[int]] = defaultdict(list)
     updated: dict[str, list[int]] = defaultdict(list)
-    for step_dir in sorted((run_dir / "steps").glob("step_*")):
+    for step_dir in step_dirs(run_dir):
         if not (step_dir / "samples.jsonl").is_file():
             continue
         step = step_index(step_dir)

@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+from kevin.experiment.files import step_dirs, step_index
+
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
@@ -35,7 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("run", type=Path, help="a training run's folder (outputs/<name>)")
     args = ap.parse_args()
-    steps = sorted((args.run / "steps").glob("step_*"))
+    steps = step_dirs(args.run)
     if not steps:
         raise SystemExit(f"{args.run}: no steps/step_* folders")
     total = {"kernels": 0, "built": 0, "distinct built": 0, "reused": 0}
@@ -43,7 +45,7 @@ def main() -> None:
     for step in steps:
         row = step_repeats(step)
         total = {k: total[k] + row[k] for k in total}
-        print(f"{int(step.name.split('_')[1]):>5} " + " ".join(f"{row[k]:>15}" for k in total))
+        print(f"{step_index(step):>5} " + " ".join(f"{row[k]:>15}" for k in total))
     print(f"{'all':>5} " + " ".join(f"{total[k]:>15}" for k in total))
     if total["built"]:
         print(f"run phases a step needs when repeats are judged once: {total['distinct built'] / total['built']:.2f} of "
