@@ -40,16 +40,17 @@ set -uo pipefail
 STAGE=${1:?usage: gpu_learn.sh names|prepare|keep|carried|check|timing|sft|train|eval}
 CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work inside it
 # LEARN: the run's own settings over configs/h200_learn.yaml, one file or several layered in order (quoted, separated
-# by spaces); the run's folder is the experiment.name of the last layer that sets one, its warm start the sft.output_dir
-# of the last that sets one (`bash scripts/gpu_learn.sh names` prints what LEARN gives). The first run (23 steps, rewards.truncation keep) is
-# LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0) LEARN=configs/h200_learn_zero.yaml, the third
-# (barren tasks rest, lr 1e-3) LEARN=configs/h200_learn_rest.yaml; these share the first warm start. The fourth
-# (its own 6-epoch warm start, second turns after a failure too) is LEARN=configs/h200_learn_turns.yaml, the fifth (the
-# fourth with advantages per task and turn) LEARN=configs/h200_learn_turn_groups.yaml, the sixth (the fifth with AdamW's
-# epsilon at 1e-5) LEARN=configs/h200_learn_eps.yaml; the default is the seventh, the sixth with 8 trajectories a
-# task. The fourth to seventh share the fourth's warm start (the sixth's committed pack, runs/h200-learn-eps, holds
-# it, and `prepare` takes it from there for a run that has no pack yet).
-LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_k8.yaml}
+# by spaces). The run's folder is the experiment.name of the last layer that sets one, its warm start the
+# sft.output_dir of the last that sets one (`bash scripts/gpu_learn.sh names` prints what LEARN gives). The first run
+# (23 steps, rewards.truncation keep) is LEARN=configs/h200_learn.yaml, the second (a cut-off answer scores 0)
+# LEARN=configs/h200_learn_zero.yaml, the third (barren tasks rest, lr 1e-3) LEARN=configs/h200_learn_rest.yaml; the
+# first two share the first warm start. The fourth (its own 6-epoch warm start, second turns after a failure too) is
+# LEARN=configs/h200_learn_turns.yaml, the fifth (the fourth with advantages per task and turn)
+# LEARN=configs/h200_learn_turn_groups.yaml, the sixth (the fifth with AdamW's epsilon at 1e-5)
+# LEARN=configs/h200_learn_eps.yaml; the default is the seventh, the sixth with the lr rising over its first 10 steps.
+# The fourth to seventh share the fourth's warm start (the sixth's committed pack, runs/h200-learn-eps, holds it, and
+# `prepare` takes it from there for a run that has no pack yet).
+LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 for layer in $LEARN; do
   [ -f "$layer" ] || { echo "LEARN names $layer, which is not a file" >&2; exit 2; }
@@ -156,7 +157,7 @@ case "$STAGE" in
       # A new run from a warm start that an earlier run's committed pack holds: that warm start and its evaluations.
       for pack in runs/*/; do
         ls "$pack"run.tar.part-* >/dev/null 2>&1 || continue
-        cat "$pack"run.tar.part-* | tar -tzf - | grep -E "^($SFT|$(start_eval ''))" > .carry/from_pack.txt
+        cat "$pack"run.tar.part-* | tar -tzf - | grep -E "^($SFT/|$(start_eval ''))" > .carry/from_pack.txt
         [ -s .carry/from_pack.txt ] || continue
         cat "$pack"run.tar.part-* | tar -xzf - -C .carry/full -T .carry/from_pack.txt || exit 1
         echo "the warm start $SFT taken from ${pack%/}"; break

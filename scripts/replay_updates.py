@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from answer_forks import read_samples, rescore
+from kevin.experiment.files import step_dir
 from policy_drift import by_task, correct_answers, flatten, probe_log_p
 
 
@@ -71,8 +72,7 @@ def main() -> None:
     with torch.no_grad():
         history = [{"step": 0, "log_p": task_probabilities(answers, trainer.model, tokenizer, cfg.temperature)}]
     for step in range(args.steps):
-        step_dir = args.run_dir / "steps" / f"step_{step:06d}"
-        samples = [TrainingSample.from_dict(s) for s in read_samples(step_dir)]
+        samples = [TrainingSample.from_dict(s) for s in read_samples(step_dir(args.run_dir, step))]
         began = time.monotonic()
         trainer.model.train()
         metrics = trainer.update(samples)
@@ -90,6 +90,13 @@ def main() -> None:
     for task in sorted(answers):
         print(f"  {task:34s} {math.exp(history[0]['log_p'][task]):10.3g} -> {math.exp(history[-1]['log_p'][task]):10.3g}"
               f"   {[u + 1 for u in updated.get(task, [])]}")
+    # What the replayed steps did to their own tasks against the rest: an update that learns raises the first more.
+    moved = {t: history[-1]["log_p"][t] - history[0]["log_p"][t] for t in answers}
+    mine = [t for t in answers if any(u < args.steps for u in updated.get(t, []))]
+    others = [t for t in answers if t not in mine]
+    print("mean change of log P, tasks the replayed steps updated / the others: "
+          + " / ".join(f"{sum(moved[t] for t in group) / len(group):+.2f} ({len(group)})" if group else "- (0)"
+                       for group in (mine, others)))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"overrides": args.overrides, "temperature": cfg.temperature,

@@ -183,24 +183,26 @@ def _gpu_learn_names(learn: str | None) -> dict[str, str]:
                 for line in out.splitlines())
 
 
-def test_the_seventh_run_is_the_sixth_with_eight_trajectories():
+def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
     # The default of scripts/gpu_learn.sh layers the seventh run's file over the sixth's: one setting differs.
     names = _gpu_learn_names(None)
-    assert names == {"run": "outputs/h200-learn-k8", "warm start": "outputs/h200-sft-turns-both",
-                     "pack": "runs/h200-learn-k8",
+    assert names == {"run": "outputs/h200-learn-warmup", "warm start": "outputs/h200-sft-turns-both",
+                     "pack": "runs/h200-learn-warmup",
                      "params": "--params params.yaml --params configs/h200_learn.yaml --params "
-                               "configs/h200_learn_eps.yaml --params configs/h200_learn_k8.yaml"}
+                               "configs/h200_learn_eps.yaml --params configs/h200_learn_warmup.yaml"}
     base = [REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml", REPO / "configs" / "h200_learn_eps.yaml"]
-    sixth, seventh = RunConfig.from_files(base), RunConfig.from_files(base + [REPO / "configs" / "h200_learn_k8.yaml"])
-    assert (sixth.rollout.trajectories, seventh.rollout.trajectories) == (4, 8)
+    sixth = RunConfig.from_files(base)
+    seventh = RunConfig.from_files(base + [REPO / "configs" / "h200_learn_warmup.yaml"])
+    assert (sixth.train.warmup_ratio, seventh.train.warmup_ratio) == (0.03, 0.33)
+    # 30 steps of 2 optimiser steps: the lr rises over the first 20 (steps 1-10), where the sixth run's rose over 2.
+    assert (sixth.train.warmup_steps, seventh.train.warmup_steps, seventh.train.total_optimizer_steps) == (2, 20, 60)
     assert (seventh.train.adam_eps, seventh.train.lr, seventh.rewards.group) == (1e-5, 1e-3, "turn")
-    assert seventh.sft == sixth.sft and seventh.train.grad_steps == sixth.train.grad_steps
-    assert seventh.experiment.tasks_per_batch == sixth.experiment.tasks_per_batch == 4
-    assert seventh.tracking.tracking_uri == "sqlite:///outputs/h200-learn-k8/mlflow.db"
-    assert seventh.evaluate.checkpoint == "outputs/h200-learn-k8/checkpoints"
+    assert seventh.sft == sixth.sft and seventh.rollout == sixth.rollout
+    assert seventh.tracking.tracking_uri == "sqlite:///outputs/h200-learn-warmup/mlflow.db"
+    assert seventh.evaluate.checkpoint == "outputs/h200-learn-warmup/checkpoints"
     differ = {(section, key) for section, values in seventh.params_dict().items() if isinstance(values, dict)
               for key, value in values.items() if sixth.params_dict()[section][key] != value}
-    assert differ == {("rollout", "trajectories"), ("experiment", "name"), ("tracking", "tracking_uri"),
+    assert differ == {("train", "warmup_ratio"), ("experiment", "name"), ("tracking", "tracking_uri"),
                       ("tracking", "artifact_location"), ("evaluate", "checkpoint")}
 
 
