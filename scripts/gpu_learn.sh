@@ -203,7 +203,7 @@ case "$STAGE" in
     mkdir -p "$KEEP" && rm -f "$KEEP"/run.tar.part-* && cp .carry/pieces/run.tar.part-* "$KEEP"/ && rm -rf .carry/kept
     du -sh "$KEEP"; echo "commit $KEEP: the next session's checkout has only what the repository holds" ;;
   names)  # what LEARN gives: the run's folder, its warm start, its committed pack and the params layers
-    printf 'run %s\nwarm start %s\npack %s\nparams %s\n' "$RUN" "$SFT" "$KEEP" "$PARAMS" ;;
+    printf 'run: %s\nwarm start: %s\npack: %s\nparams: %s\n' "$RUN" "$SFT" "$KEEP" "$PARAMS" ;;
   sft)
     device_setup
     if [ ! -f "$SFT/model/adapter_config.json" ]; then

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 from kevin.records.jsonl import atomic_write_text
 
-__all__ = ["CHECKPOINTS_DIR", "STEPS_DIR", "TRACKED", "existing_run", "read_json", "step_dir", "step_dirs", "step_index",
-           "torch_threads", "write_json"]
+__all__ = ["CHECKPOINTS_DIR", "STEPS_DIR", "TRACKED", "existing_run", "read_json", "step_dir", "step_dirs",
+           "step_index", "torch_threads", "write_json"]
 
 STEPS_DIR = "steps"
 CHECKPOINTS_DIR = "checkpoints"

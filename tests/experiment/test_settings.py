@@ -179,8 +179,7 @@ def _gpu_learn_names(learn: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "LEARN"} | ({"LEARN": learn} if learn is not None else {})
     out = subprocess.run(["bash", "scripts/gpu_learn.sh", "names"], cwd=REPO, env=env, capture_output=True, text=True,
                          check=True).stdout
-    return dict(line.split(" ", 1) if not line.startswith("warm start") else ("warm start", line[len("warm start "):])
-                for line in out.splitlines())
+    return dict(line.split(": ", 1) for line in out.splitlines())
 
 
 def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
