@@ -14,11 +14,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kevin.experiment.files import step_dirs, step_index
-
 __all__ = ["KERNELS_FILE", "baseline_entry", "headline_metrics", "kernel_rows", "merge_baselines", "prepare_output_dir",
            "read_run_config", "read_step_summaries", "read_step_verdicts", "report_markdown", "run_settings",
-           "step_totals", "train_curve", "train_metrics", "write_csv", "write_json"]
+           "step_dirs", "step_index", "step_totals", "train_curve", "train_metrics", "write_csv", "write_json"]
 
 CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
 """Columns of the train stage's per-step curve (``outputs/train/plots/steps.csv``)."""
@@ -97,9 +95,21 @@ def train_curve(summaries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
              "return_mean": _weighted_mean(s["turns"], "return_mean")} for s in summaries]
 
 
+def step_index(folder: str | Path) -> int:
+    """The 0-based step of a ``step_NNNNNN`` folder: a step's (``steps/step_N``) or a checkpoint's."""
+    return int(Path(folder).name.split("_")[1])
+
+
+def step_dirs(out_dir: str | Path) -> list[Path]:
+    """The run's step folders (``<out_dir>/steps/step_NNNNNN``, as the training run writes them), in step order;
+    anything else there (a half-written ``step_N.tmp``) is left out."""
+    found = [d for d in (Path(out_dir) / "steps").glob("step_*") if d.name.split("_", 1)[1].isdigit()]
+    return sorted(found, key=step_index)
+
+
 def read_step_summaries(out_dir: str | Path) -> list[dict[str, Any]]:
     """Every finished step's ``summary.json`` of the run in ``out_dir``, in step order."""
-    found = sorted((Path(out_dir) / "steps").glob("step_*/summary.json"))
+    found = [d / "summary.json" for d in step_dirs(out_dir) if (d / "summary.json").is_file()]
     return [json.loads(p.read_text(encoding="utf-8")) for p in found]
 
 

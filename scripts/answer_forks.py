@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kevin.experiment.files import step_dirs, step_index
+from kevin.pipeline import step_dirs, step_index
 
 
 def fork_figures(logprobs: list[list[float]]) -> dict[str, float]:

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from answer_forks import load_policy, read_samples, rescore
-from kevin.experiment.files import step_dirs, step_index
+from kevin.pipeline import step_dirs, step_index
 
 
 def correct_answers(run_dir: Path) -> tuple[dict[str, list[dict]], dict[str, list[int]], dict[str, list[int]]]:

@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from kevin.experiment.files import step_dirs, step_index
+from kevin.pipeline import step_dirs, step_index
 
 
 def read_jsonl(path: Path) -> list[dict]:

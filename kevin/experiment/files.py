@@ -14,8 +14,8 @@ from typing import Any, Iterator
 
 from kevin.records.jsonl import atomic_write_text
 
-__all__ = ["CHECKPOINTS_DIR", "STEPS_DIR", "TRACKED", "existing_run", "read_json", "step_dir", "step_dirs",
-           "step_index", "torch_threads", "write_json"]
+__all__ = ["CHECKPOINTS_DIR", "STEPS_DIR", "TRACKED", "existing_run", "read_json", "step_dir", "torch_threads",
+           "write_json"]
 
 STEPS_DIR = "steps"
 CHECKPOINTS_DIR = "checkpoints"
@@ -41,16 +41,6 @@ def torch_threads(threads: int) -> Iterator[None]:
 
 def step_dir(out_dir: str | Path, step: int) -> Path:
     return Path(out_dir) / STEPS_DIR / f"step_{step:06d}"
-
-
-def step_index(folder: str | Path) -> int:
-    """The 0-based step of a ``step_NNNNNN`` folder: a step's (``step_dir``) or a checkpoint's."""
-    return int(Path(folder).name.split("_")[1])
-
-
-def step_dirs(out_dir: str | Path) -> list[Path]:
-    """The run's step folders (``<out_dir>/steps/step_*``), in step order."""
-    return sorted((Path(out_dir) / STEPS_DIR).glob("step_*"), key=step_index)
 
 
 def existing_run(out_dir: str | Path) -> bool:

@@ -134,3 +134,20 @@ def test_kevin_report_is_titled_and_opened_by_the_run_settings_and_writes_the_he
     assert "| reward | gamma 0.4, sum of the turn scores |" in page
     assert json.loads((tmp_path / "m" / "headline.json").read_text()) == {"headline": {
         "train": {"steps_done": 2, "correct_share": 0.5, "score_mean": 0.25, "score_mean_last_step": 0.5}}}
+
+
+def test_step_folders_are_read_in_step_order_without_half_written_ones(tmp_path):
+    from kevin.pipeline import read_step_summaries, step_dirs, step_index
+
+    # Step 10 sorts after step 9 by number (a name sort agrees only while the zero padding holds).
+    for name, summary in (("step_000010", {"step": 10}), ("step_9", {"step": 9}), ("step_000002", None),
+                          ("step_000003.tmp", {"step": 3}), ("step_x", {"step": -1})):
+        (tmp_path / "steps" / name).mkdir(parents=True)
+        if summary is not None:
+            (tmp_path / "steps" / name / "summary.json").write_text(json.dumps(summary))
+    assert [d.name for d in step_dirs(tmp_path)] == ["step_000002", "step_9", "step_000010"]
+    assert [step_index(d) for d in step_dirs(tmp_path)] == [2, 9, 10]
+    assert step_index(tmp_path / "checkpoints" / "step_000029") == 29
+    # A step without its summary (not finished) is not a finished step.
+    assert read_step_summaries(tmp_path) == [{"step": 9}, {"step": 10}]
+    assert step_dirs(tmp_path / "no_run") == []
