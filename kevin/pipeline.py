@@ -14,9 +14,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["KERNELS_FILE", "baseline_entry", "headline_metrics", "kernel_rows", "merge_baselines", "prepare_output_dir",
-           "read_run_config", "read_step_summaries", "read_step_verdicts", "report_markdown", "run_settings",
-           "step_dirs", "step_index", "step_totals", "train_curve", "train_metrics", "write_csv", "write_json"]
+__all__ = ["KERNELS_FILE", "STEPS_DIR", "baseline_entry", "headline_metrics", "kernel_rows", "merge_baselines",
+           "prepare_output_dir", "read_run_config", "read_step_summaries", "read_step_verdicts", "report_markdown",
+           "run_settings", "step_dirs", "step_index", "step_totals", "train_curve", "train_metrics", "write_csv",
+           "write_json"]
+
+STEPS_DIR = "steps"
+"""A training run's step folders, ``<out_dir>/steps/step_NNNNNN`` (the run writes them: kevin.experiment.files)."""
 
 CURVE_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean", "return_mean")
 """Columns of the train stage's per-step curve (``outputs/train/plots/steps.csv``)."""
@@ -103,7 +107,7 @@ def step_index(folder: str | Path) -> int:
 def step_dirs(out_dir: str | Path) -> list[Path]:
     """The run's step folders (``<out_dir>/steps/step_NNNNNN``, as the training run writes them), in step order;
     anything else there (a half-written ``step_N.tmp``) is left out."""
-    found = [d for d in (Path(out_dir) / "steps").glob("step_*") if d.name.split("_", 1)[1].isdigit()]
+    found = [d for d in (Path(out_dir) / STEPS_DIR).glob("step_*") if d.name.split("_", 1)[1].isdigit()]
     return sorted(found, key=step_index)
 
 

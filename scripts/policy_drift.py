@@ -76,6 +76,20 @@ def probe_log_p(token_log_probs: dict[str, list[list[float]]]) -> dict[str, floa
     return {task: log_sum_exp([sum(lp) for lp in lps]) for task, lps in token_log_probs.items()}
 
 
+def split_by_update(changes: dict[str, float], updated: dict[str, list[int]], after: int, upto: int
+                    ) -> tuple[list[float], list[float]]:
+    """The per-task ``changes`` of the tasks an update touched at a 0-based step in (``after``, ``upto``], and of
+    the others: a policy that learns moves the first more than the second."""
+    inside, outside = [], []
+    for task, change in changes.items():
+        (inside if any(after < u <= upto for u in updated.get(task, [])) else outside).append(change)
+    return inside, outside
+
+
+def mean_of(changes: list[float]) -> str:
+    return f"{sum(changes) / len(changes):+8.2f} ({len(changes)})" if changes else "       - (0)"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a training run's folder (outputs/<experiment.name>) with its checkpoints")
@@ -129,12 +143,8 @@ def main() -> None:
     # Interference: between two checkpoints, the change of log P for tasks updated in that interval and for the rest.
     print("\nmean change of log P between policies, tasks updated in the interval / not updated in it (tasks)")
     for (a, _, sa), (b, _, sb) in zip(checkpoints, checkpoints[1:]):
-        inside, outside = [], []
-        for row in rows:
-            change = row["log_p"][b] - row["log_p"][a]
-            (inside if any(sa + 1 < u <= sb + 1 for u in row["updated"]) else outside).append(change)
-        fmt = lambda xs: f"{sum(xs) / len(xs):+8.2f} ({len(xs)})" if xs else "       - (0)"
-        print(f"{a:>15s} -> {b:15s}  {fmt(inside)}  /  {fmt(outside)}")
+        inside, outside = split_by_update({t: log_p[b][t] - log_p[a][t] for t in answers}, updated, sa, sb)
+        print(f"{a:>15s} -> {b:15s}  {mean_of(inside)}  /  {mean_of(outside)}")
 
     # Where the likeliest answer breaks: its tokens whose probability fell most from the first policy to the last.
     print(f"\nwhere each task's likeliest answer (at the {labels[0]}) lost most, {labels[0]} -> {labels[-1]}")

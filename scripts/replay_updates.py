@@ -29,7 +29,7 @@ from pathlib import Path
 
 from answer_forks import read_samples, rescore
 from kevin.experiment.files import step_dir
-from policy_drift import by_task, correct_answers, flatten, probe_log_p
+from policy_drift import by_task, correct_answers, flatten, mean_of, probe_log_p, split_by_update
 
 
 def task_probabilities(answers: dict[str, list[dict]], model, tokenizer, temperature: float) -> dict[str, float]:
@@ -91,12 +91,9 @@ def main() -> None:
         print(f"  {task:34s} {math.exp(history[0]['log_p'][task]):10.3g} -> {math.exp(history[-1]['log_p'][task]):10.3g}"
               f"   {[u + 1 for u in updated.get(task, [])]}")
     # What the replayed steps did to their own tasks against the rest: an update that learns raises the first more.
-    moved = {t: history[-1]["log_p"][t] - history[0]["log_p"][t] for t in answers}
-    mine = [t for t in answers if any(u < args.steps for u in updated.get(t, []))]
-    others = [t for t in answers if t not in mine]
-    print("mean change of log P, tasks the replayed steps updated / the others: "
-          + " / ".join(f"{sum(moved[t] for t in group) / len(group):+.2f} ({len(group)})" if group else "- (0)"
-                       for group in (mine, others)))
+    mine, others = split_by_update({t: history[-1]["log_p"][t] - history[0]["log_p"][t] for t in answers}, updated,
+                                   -1, args.steps - 1)
+    print(f"mean change of log P, tasks the replayed steps updated / the others: {mean_of(mine)} / {mean_of(others)}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"overrides": args.overrides, "temperature": cfg.temperature,

@@ -125,3 +125,15 @@ def test_policy_drift_collects_each_distinct_correct_first_turn_answer(tmp_path,
     assert grouped == {"a": token_lps[:2], "b": token_lps[2:]}
     log_p = drift.probe_log_p(grouped)
     assert math.isclose(log_p["a"], math.log(0.25)) and math.isclose(log_p["b"], math.log(0.5))
+
+
+def test_policy_drift_splits_a_change_by_the_steps_that_updated_each_task(monkeypatch):
+    """The interference figure of policy_drift.py and replay_updates.py: tasks updated at a 0-based step in
+    (after, upto] against the rest, as mean change (count)."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    drift = _script("policy_drift")
+    changes = {"a": 0.5, "b": -1.0, "c": -2.0, "d": 0.25}
+    updated = {"a": [0, 7], "b": [3], "c": [4]}  # d: never updated
+    assert drift.split_by_update(changes, updated, -1, 3) == ([0.5, -1.0], [-2.0, 0.25])
+    assert drift.split_by_update(changes, updated, 3, 7) == ([0.5, -2.0], [-1.0, 0.25])
+    assert drift.mean_of([0.5, -2.0]) == "   -0.75 (2)" and drift.mean_of([]) == "       - (0)"

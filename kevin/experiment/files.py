@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from kevin.pipeline import STEPS_DIR  # read there too, by the DVC stages and the run scripts
 from kevin.records.jsonl import atomic_write_text
 
 __all__ = ["CHECKPOINTS_DIR", "STEPS_DIR", "TRACKED", "existing_run", "read_json", "step_dir", "torch_threads",
            "write_json"]
 
-STEPS_DIR = "steps"
 CHECKPOINTS_DIR = "checkpoints"
 TRACKED = ".tracked"
 """Marker file: the step's metrics and artifacts are in MLflow (a redone step does not log them twice)."""
