@@ -129,7 +129,8 @@ def kernel_rows(trajectories: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
-    """Every judged kernel of the run's steps, each verdict with its 0-based ``step`` and ``turn`` added.
+    """Every judged kernel of the run's steps, each verdict with its 0-based ``step`` and ``turn`` added (and its
+    ``trajectory`` where the step's files say it: its turn records or ``kernels.jsonl``).
     From a step's rollout where the run folder holds it: a finished turn's records (``rollout/**/turn_TTT.jsonl``)
     also say whether the answer was cut off at the length limit (``truncated``); a turn whose records were never
     written (a step killed while it was judged) gives its verdicts alone (``verdicts_TTT.jsonl``); a line cut off by
@@ -145,7 +146,8 @@ def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
             turn = int(path.stem.split("_")[1])
             records = path.with_name(f"turn_{turn:03d}.jsonl")
             if records.is_file():
-                found.extend({**row["result"], "truncated": bool(row.get("truncated")), "step": step, "turn": turn}
+                found.extend({**row["result"], "truncated": bool(row.get("truncated")), "step": step, "turn": turn,
+                              "trajectory": row.get("trajectory")}
                              for row in _json_lines(records) if isinstance(row.get("result"), dict))
             else:
                 found.extend({**row, "step": step, "turn": turn} for row in _json_lines(path))

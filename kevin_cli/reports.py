@@ -94,9 +94,10 @@ def learning_cmd(
     paired = _task_gains(summaries)
     per_turn = _turn_gains(verdicts, len(rows))
     groups = _say_groups(verdicts)
+    followups = _say_followups(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
-                                       "per_task_turn": per_turn, "groups": groups})
+                                       "per_task_turn": per_turn, "groups": groups, "followups": followups})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
 
@@ -188,6 +189,20 @@ def _say_groups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
                    f"({c['mixed'] / c['groups']:.2f}) / {c['all_correct']}; at its tasks' correct rates, groups of "
                    f"{' / '.join(map(str, FORECAST_TRAJECTORIES))} would be mixed in {forecast}")
     return groups
+
+
+def _say_followups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
+    """Whether the refinement turns refine: what each trajectory wrote after its previous turn's verdict."""
+    from kevin.analysis.learning import turn_followups
+
+    followups = turn_followups(verdicts)
+    for turn, c in followups.items():
+        failed, kept = c["after_failure"], c["after_correct"]
+        typer.echo(f"turn {turn} after a failing turn {turn - 1}: {failed} kernels, {c['repeated_after_failure']} "
+                   f"({c['repeated_after_failure'] / max(failed, 1):.2f}) a kernel already judged, byte for byte; "
+                   f"{c['fixed']} ({c['fixed'] / max(failed, 1):.2f}) correct. After a correct turn {turn - 1}: "
+                   f"{kept} kernels, {c['repeated_after_correct']} already judged, {c['lost']} failing")
+    return followups
 
 
 def _turn_gains(verdicts: list[dict[str, Any]], steps: int) -> dict[str, Any]:

@@ -17,7 +17,9 @@ and an update can move one while the other stays put or falls.
 
 Whether a run could learn at all is read from its groups (``turn_groups``: one task's kernels at one turn of a
 step): GRPO learns correctness only from a group that holds a correct kernel beside a failing one, and
-``mixed_share_at`` forecasts how often larger groups would, at the run's own correct rates.
+``mixed_share_at`` forecasts how often larger groups would, at the run's own correct rates. Whether the refinement
+turns refine is read from each trajectory's turns in order (``turn_followups``): after a failing kernel, a new one,
+a fixed one, or the same kernel again.
 
 matplotlib is imported by ``plot_learning`` only.
 """
@@ -31,9 +33,10 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kevin.pipeline import step_totals
 
-__all__ = ["GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain", "TurnTaskGain",
-           "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain", "turn_groups",
-           "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
+__all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain",
+           "TurnTaskGain", "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain",
+           "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain",
+           "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -362,3 +365,36 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+FOLLOWUP_KINDS = ("after_failure", "repeated_after_failure", "fixed", "after_correct", "repeated_after_correct", "lost")
+"""What ``turn_followups`` counts for a turn after the first, over the trajectories whose previous turn was judged:
+those whose previous kernel failed, how many of them wrote a kernel the run had judged before byte for byte (its
+verdict reused: nothing new was tried), how many were correct (a repair); those whose previous kernel was correct,
+how many wrote a judged kernel again, how many failed (a correct kernel lost)."""
+
+
+def turn_followups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, int]]:
+    """Per 1-based turn after the first, ``FOLLOWUP_KINDS`` over the trajectories that reached it: what each
+    answer did after its own previous turn's verdict. A refinement turn that mostly repeats a failing kernel gives
+    the feedback nothing to act on, and its samples only repeat the previous turn's signal. ``verdicts``: one mapping
+    per judged kernel with ``step``, ``turn`` (0-based), ``task_id``, ``trajectory``, ``status`` and ``reused``
+    (kernels without a trajectory, from files that did not record it, are left out)."""
+    by_turn = {(int(v["step"]), str(v["task_id"]), int(v["trajectory"]), int(v["turn"])): v
+               for v in verdicts if v.get("trajectory") is not None}
+    out: dict[int, dict[str, int]] = {}
+    for (step, task, trajectory, turn), v in sorted(by_turn.items()):
+        before = by_turn.get((step, task, trajectory, turn - 1))
+        if before is None:
+            continue
+        counts = out.setdefault(turn + 1, dict.fromkeys(FOLLOWUP_KINDS, 0))
+        correct, repeated = v["status"] == "correct", bool(v.get("reused"))
+        if before["status"] == "correct":
+            counts["after_correct"] += 1
+            counts["repeated_after_correct"] += repeated
+            counts["lost"] += not correct
+        else:
+            counts["after_failure"] += 1
+            counts["repeated_after_failure"] += repeated
+            counts["fixed"] += correct
+    return out

@@ -290,8 +290,15 @@ def test_a_step_whose_rollout_is_gone_is_read_from_its_kernels_file(tmp_path):
     verdicts = read_step_verdicts(run)
     assert [(v["step"], v["turn"], v["truncated"]) for v in verdicts] == [(0, 0, False), (0, 1, True), (1, 0, False),
                                                                           (1, 1, False)]
+    assert [v["trajectory"] for v in verdicts] == [0, 0, 0, 0]  # from the kernels file and from the turn records
     result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
     assert result.exit_code == 0, result.output
+    # Both steps: a correct first turn, then a parse error (no kernel, so nothing repeated).
+    assert ("turn 2 after a failing turn 1: 0 kernels, 0 (0.00) a kernel already judged, byte for byte; 0 (0.00) "
+            "correct. After a correct turn 1: 2 kernels, 0 already judged, 2 failing") in result.output
+    assert json.loads((run / "plots" / "learning.json").read_text())["followups"] == {"2": {
+        "after_failure": 0, "repeated_after_failure": 0, "fixed": 0, "after_correct": 2, "repeated_after_correct": 0,
+        "lost": 2}}
     assert "rests barren tasks" not in result.output  # no config.yaml: nothing said
     (run / "config.yaml").write_text("experiment:\n  name: r\n  rest_barren_epochs: 2\n")
     result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
@@ -315,6 +322,31 @@ def test_groups_say_what_each_update_had_to_learn_from():
         1: {"groups": 4, "none_correct": 2, "mixed": 1, "all_correct": 1},
         2: {"groups": 1, "none_correct": 0, "mixed": 0, "all_correct": 1}}
     assert turn_groups([]) == {}
+
+
+def test_followups_say_whether_a_refinement_turn_tried_anything_new():
+    """Each trajectory's turn against its own previous turn: a repeat is a kernel whose verdict was reused (judged
+    before, byte for byte); trajectories, tasks and steps are never crossed, and kernels without a trajectory are
+    left out."""
+    from kevin.analysis.learning import turn_followups
+
+    def k(step, turn, task, trajectory, status, reused=False):
+        return {**_kernel(step, turn, task, status), "trajectory": trajectory, "reused": reused}
+
+    verdicts = [k(0, 0, "a", 0, "compile_error"), k(0, 1, "a", 0, "compile_error", True),   # failed, repeated
+                k(0, 0, "a", 1, "incorrect"), k(0, 1, "a", 1, "correct"),                   # failed, fixed
+                k(0, 0, "a", 2, "correct"), k(0, 1, "a", 2, "correct", True),               # correct, repeated
+                k(0, 0, "a", 3, "correct", True), k(0, 1, "a", 3, "runtime_error"),         # correct, lost
+                k(0, 0, "b", 0, "parse_error"), k(0, 1, "b", 0, "parse_error"),             # failed, new (no kernel)
+                k(0, 2, "b", 0, "correct", True),                                           # turn 3: fixed, a repeat
+                k(1, 1, "a", 0, "correct"),                     # step 1 has no turn 1 of trajectory 0: not counted
+                {**_kernel(0, 1, "c", "correct"), "reused": True}]  # no trajectory recorded: left out
+    assert turn_followups(verdicts) == {
+        2: {"after_failure": 3, "repeated_after_failure": 1, "fixed": 1,
+            "after_correct": 2, "repeated_after_correct": 1, "lost": 1},
+        3: {"after_failure": 1, "repeated_after_failure": 1, "fixed": 1,
+            "after_correct": 0, "repeated_after_correct": 0, "lost": 0}}
+    assert turn_followups([k(0, 0, "a", 0, "correct")]) == {}
 
 
 def test_the_mixed_share_more_trajectories_would_give():
