@@ -100,8 +100,7 @@ def test_the_flow_end_to_end_under_the_test_harness(uninterrupted, model_dirs):
 
     in_rollouts = sorted((v for v in read_step_verdicts(out) if v["step"] == 0), key=key)
     kernels = sorted(read_jsonl(out / "steps" / "step_000000" / KERNELS_FILE), key=key)
-    assert len(kernels) == 8 and [{k: v for k, v in row.items() if k != "trajectory"} for row in kernels] == [
-        {k: v for k, v in row.items() if k != "step"} for row in in_rollouts]
+    assert len(kernels) == 8 and kernels == [{k: v for k, v in row.items() if k != "step"} for row in in_rollouts]
 
     # The update moved the weights; 2 steps x 2 optimiser steps were taken.
     from transformers import AutoModelForCausalLM
