@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import threading
 from pathlib import Path
@@ -20,7 +21,7 @@ from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.isolation import CgroupJob
 from kevin.evaluation.kernel_filters import landlock_abi
 from tests.conftest import RELU_BODY, cpp_solution
-from tests.evaluation.hostile import COPY_CPU, hostile_by_class
+from tests.evaluation.hostile import CHARGED, COPY_CPU, hostile_by_class
 
 SECRET = "kevin-planted-secret-7f3a9c"
 RELAXED = {rule: {"enabled": False} for rule in ("forbidden_import", "dynamic_code", "patching", "try_except", "torch_compute",
@@ -167,6 +168,13 @@ def check_contained(batch: dict, name: str) -> None:
     print(name, r.status.value, r.rule_id, f"speedup {r.speedup:.3f} (honest {after.speedup:.3f})", r.error[:160].replace("\n", " "))
     assert after.status is Status.CORRECT, (name, after.status, after.error)
     assert SECRET not in r.error and SECRET not in r.feedback
+    if bound and r.status is Status.CORRECT and bound[0] == CHARGED:
+        # "scored at A ms a call, B ms more than the reported median": the floor charged the hidden work.
+        floor = [w for w in r.warnings if w.startswith("scored at ")]
+        assert floor, (name, r.runtime_ms, r.warnings)
+        scored, beyond = (float(x) for x in re.findall(r"([0-9.]+) ms", floor[0])[:2])
+        assert scored == pytest.approx(r.runtime_ms, abs=1e-4) and beyond >= 0.5 * scored, (name, r.warnings)
+        return
     if bound and r.status is Status.CORRECT:
         assert r.speedup <= bound[0] * after.speedup, (name, r.speedup, after.speedup, r.warnings)
         return
