@@ -332,15 +332,28 @@ class RunJob:
 
     # -- correctness -------------------------------------------------------------------------------
 
+    def _profiler(self, profiled: bool) -> Any:
+        import torch
+
+        return torch.profiler.profile(activities=self._activities()) if profiled else nullcontext()
+
+    def _observed(self, prof: Any) -> tuple[list[str], list[Any]]:
+        """The PyTorch ops (raw names) and the GPU kernel events a profiler saw."""
+        from torch.autograd import DeviceType
+
+        events = list(prof.events())
+        ops = sorted({e.name for e in events if e.name.startswith("aten::")})
+        kernels = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA] if self.cuda else []
+        return ops, kernels
+
     def call(self, inputs: list[Any], profiled: bool) -> tuple[Any, dict[str, Any]]:
         """One forward; with ``profiled`` the PyTorch ops and GPU kernels it ran, as raw names."""
         import torch
-        from torch.autograd import DeviceType
 
         calls_before = self.loader.call_counter.get("calls", 0)
         seen: dict[str, Any] = {}
         try:
-            with torch.profiler.profile(activities=self._activities()) if profiled else nullcontext() as prof:
+            with self._profiler(profiled) as prof:
                 out = self.model(*inputs)
                 if self.cuda:
                     torch.cuda.synchronize(self.device)
@@ -348,20 +361,35 @@ class RunJob:
             self.link.fail("runtime_error", "the forward raised an error", error=error_text(exc))
         self.check_tampering()
         if profiled:
-            events = list(prof.events())
-            seen["ops"] = sorted({e.name for e in events if e.name.startswith("aten::")})
+            seen["ops"], kernels = self._observed(prof)
             if self.cuda:
-                kernels = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA]
                 seen["kernels"] = sorted({e.name for e in kernels})[:200]
                 seen["kernel_ms"] = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0.0)) for e in kernels) / 1000.0
         seen["ext_calls"] = self.loader.call_counter.get("calls", 0) - calls_before
         return out, seen
 
+    def hand_over(self, out: Any, seen: dict[str, Any], profiled: bool) -> None:
+        """Check a trial's outputs and put them into the channel. With ``profiled``, what ran meanwhile joins ``seen``
+        (``handover_ops``, on cuda ``handover_kernels``): the hand-over is the candidate's process's Python too, and
+        compute moved there (the forward returning an uncomputed copy) must show where the rules look."""
+        from kevin.evaluation.checks import output_problem
+
+        with self._profiler(profiled) as prof:
+            problem = output_problem(out, self.device)
+            if problem:
+                self.link.violation("output_type", problem)
+            problem = self.channel.put(list(out) if isinstance(out, (tuple, list)) else [out])
+        if problem:
+            self.link.fail("incorrect", problem)
+        if profiled:
+            seen["handover_ops"], kernels = self._observed(prof)
+            if self.cuda:
+                seen["handover_kernels"] = sorted({e.name for e in kernels})[:200]
+
     def correctness(self) -> None:
         """Each trial: the judge writes fresh inputs (its own secret seed; distributions alternate) into the channel,
         the candidate runs on them with the CUDA cache poisoned, its outputs go into the channel, and the judge
         compares them before the next trial may start."""
-        from kevin.evaluation.checks import output_problem
         from kevin.evaluation.inputs import poison_free_cuda_memory
 
         start = time.perf_counter()
@@ -370,13 +398,9 @@ class RunJob:
                 poison_free_cuda_memory(self.device)
             answer = self.mark("b", k)
             self.channel.stage_in()
-            out, seen = self.call(self.channel.inputs, profiled=(not self.cuda) or bool(answer.get("profile")))
-            problem = output_problem(out, self.device)
-            if problem:
-                self.link.violation("output_type", problem)
-            problem = self.channel.put(list(out) if isinstance(out, (tuple, list)) else [out])
-            if problem:
-                self.link.fail("incorrect", problem)
+            profiled = (not self.cuda) or bool(answer.get("profile"))
+            out, seen = self.call(self.channel.inputs, profiled)
+            self.hand_over(out, seen, profiled)
             del out
             self.link.send({"t": "e", "i": k, **seen})
             if self.link.receive().get("t") != "continue":

@@ -392,13 +392,26 @@ class RunDriver:
             if bad:
                 self.violation("torch_compute_runtime", f"PyTorch compute ran in the forward: {', '.join(bad[:5])}")
                 return
+            # The hand-over (checking the outputs, putting them into the channel) runs in the candidate's process
+            # too: compute moved there, after a forward that returned an uncomputed copy, is PyTorch's all the same.
+            if not isinstance(message.get("handover_ops"), list):
+                self.violation("torch_compute_runtime", "the PyTorch ops of the outputs' hand-over were not reported")
+                return
+            bad = forbidden_ops(_strings(message["handover_ops"], 500), plan.allowed_ops)
+            if bad:
+                self.violation("torch_compute_runtime", "PyTorch compute ran while the forward's outputs were handed "
+                                                        f"over: {', '.join(bad[:5])}")
+                return
         if gpu and watched:
             kernels = _strings(message.get("kernels"), 200)
             own, foreign = classify_kernels(kernels, plan.own_kernels)
+            _, late = classify_kernels(_strings(message.get("handover_kernels"), 200), [])
             if not own:
                 self.violation("decoy_kernel", "none of the solution's own CUDA kernels ran in the forward (decoy kernel)")
             elif foreign:
                 self.violation("foreign_kernel", f"kernels not from the solution ran in the forward: {foreign[0][:120]}")
+            elif late:
+                self.violation("foreign_kernel", f"kernels ran while the forward's outputs were handed over: {late[0][:120]}")
             else:
                 self._kernel_ms = _number(message.get("kernel_ms", 0.0))
 

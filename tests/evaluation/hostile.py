@@ -127,10 +127,6 @@ torch.cuda.Event.elapsed_time = lambda self, end: max(0.001, _elapsed(self, end)
 """The CUDA events forged to report every call 0.095 ms shorter than it ran."""
 
 
-CHARGED = "charged"
-"""The bound of a forgery that hides work from its own clock inside the evaluator's window (``hostile_by_class``)."""
-
-
 def native(python: str) -> str:
     return PYTHON_FROM_NATIVE % python
 
@@ -150,8 +146,7 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
 
     A speedup bound b marks a forgery of the time alone, whose outputs may be right: it may then be judged
     ``correct`` if it scores a speedup of at most b x the honest kernel's: its work was counted, so the forgery bought
-    nothing. ``CHARGED`` in its place: judged ``correct`` only if scored at the evaluator's clock, most of each call
-    beyond what it reported (the work it hid was charged)."""
+    nothing."""
     forge_timer = ("import kevin.evaluation.timing as _t\n_n = [0]\n"
                    "def _fake():\n    _n[0] += 1000\n    return _n[0]\n_t._perf_counter_ns = _fake\n") if backend == "cpu" else \
         "import torch\ntorch.cuda.Event.elapsed_time = lambda self, end: 0.001\n"
@@ -169,14 +164,12 @@ def hostile_by_class(c: Callable[..., str], body: str, copy_body: str, backend: 
         # only those calls computed; the others return a copy of the input. The plan exists only in the judge now.
         "native_read_check_plan": (c(native(NO_INTEGRITY + READ_CHECK_PLAN) + body, name="h_plan"), {"incorrect"}),
         # Work moved into the hand-over: the forward returns an uncomputed copy and the compute runs while the
-        # harness puts the outputs into the channel, outside the process's own clock but inside the evaluator's
-        # window, so the reported times disagree with it; or, where that work fits in the allowances (40 vectorised
-        # relus took 0.8 ms against the cpu's 1 ms on a fast 2-core machine, 2026-12-06), it is charged at the
-        # evaluator's clock (the score's floor) and bought no time. What it still gets then is the credit of a correct
-        # kernel for outputs PyTorch computed: with the rules relaxed, as here, nothing on the cpu sees who computed
-        # them; with the default rules the library's symbol table is refused first.
+        # harness puts the outputs into the channel, outside the forward's profile and the process's own clock. The
+        # hand-over of a profiled trial is profiled too, so the PyTorch ops it ran are seen (torch_compute_runtime)
+        # however little time they take: 40 vectorised relus, 0.8 ms a call, fitted in the cpu's 1 ms allowance on a
+        # fast 2-core machine (2026-12-06), where the evaluator's clock alone could only charge them.
         "native_work_in_handover": (c(native(NO_INTEGRITY + WORK_IN_HANDOVER) + copy_body, name="h_handover"),
-                                    {"rule_violation"}, CHARGED),
+                                    {"rule_violation"}),
         # Interpreter objects rewritten in place: the comparison no longer runs in this process.
         "native_tamper_allclose": (c(native(NO_INTEGRITY + "import torch\ntorch.allclose = lambda *a, **k: True\n"
                                             "torch.equal = lambda *a, **k: True\ntorch.isclose = lambda a, b, **k: a == a\n")

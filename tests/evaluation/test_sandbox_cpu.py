@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import threading
 from pathlib import Path
@@ -21,7 +20,7 @@ from kevin.evaluation import Candidate, EvalConfig, Evaluator, Status
 from kevin.evaluation.isolation import CgroupJob
 from kevin.evaluation.kernel_filters import landlock_abi
 from tests.conftest import RELU_BODY, cpp_solution
-from tests.evaluation.hostile import CHARGED, COPY_CPU, hostile_by_class
+from tests.evaluation.hostile import COPY_CPU, hostile_by_class
 
 SECRET = "kevin-planted-secret-7f3a9c"
 RELAXED = {rule: {"enabled": False} for rule in ("forbidden_import", "dynamic_code", "patching", "try_except", "torch_compute",
@@ -168,13 +167,6 @@ def check_contained(batch: dict, name: str) -> None:
     print(name, r.status.value, r.rule_id, f"speedup {r.speedup:.3f} (honest {after.speedup:.3f})", r.error[:160].replace("\n", " "))
     assert after.status is Status.CORRECT, (name, after.status, after.error)
     assert SECRET not in r.error and SECRET not in r.feedback
-    if bound and r.status is Status.CORRECT and bound[0] == CHARGED:
-        # "scored at A ms a call, B ms more than the reported median": the floor charged the hidden work.
-        floor = [w for w in r.warnings if w.startswith("scored at ")]
-        assert floor, (name, r.runtime_ms, r.warnings)
-        scored, beyond = (float(x) for x in re.findall(r"([0-9.]+) ms", floor[0])[:2])
-        assert scored == pytest.approx(r.runtime_ms, abs=1e-4) and beyond >= 0.5 * scored, (name, r.warnings)
-        return
     if bound and r.status is Status.CORRECT:
         assert r.speedup <= bound[0] * after.speedup, (name, r.speedup, after.speedup, r.warnings)
         return
@@ -193,6 +185,17 @@ def check_nothing_escaped(batch: dict) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_hostile_candidate_is_contained_and_scores_zero(batch, name):
     check_contained(batch, name)
+
+
+def test_compute_moved_into_the_hand_over_is_seen_by_the_profile(batch):
+    # Before the hand-over was profiled this class was judged by the clock alone: timing_mismatch where its hidden
+    # work exceeded the allowances, `correct` (PyTorch's outputs, charged at the evaluator's clock) where it fit.
+    if "native_work_in_handover" not in batch["sources"]:
+        pytest.skip("no pids cgroup on this machine")
+    r = batch["results"]["native_work_in_handover"]
+    assert (r.status, r.rule_id) == (Status.RULE_VIOLATION, "torch_compute_runtime"), (r.status, r.rule_id, r.error)
+    assert r.error.startswith("PyTorch compute ran while the forward's outputs were handed over: ") and \
+        "aten::relu" in r.error, r.error
 
 
 @pytest.mark.parametrize("name", sorted(REACH_NEIGHBOURS))
