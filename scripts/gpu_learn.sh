@@ -47,10 +47,12 @@ CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work insi
 # first two share the first warm start. The fourth (its own 6-epoch warm start, second turns after a failure too) is
 # LEARN=configs/h200_learn_turns.yaml, the fifth (the fourth with advantages per task and turn)
 # LEARN=configs/h200_learn_turn_groups.yaml, the sixth (the fifth with AdamW's epsilon at 1e-5)
-# LEARN=configs/h200_learn_eps.yaml; the default is the seventh, the sixth with the lr rising over its first 10 steps.
-# The fourth to seventh share the fourth's warm start (the sixth's committed pack, runs/h200-learn-eps, holds it, and
-# `prepare` takes it from there for a run that has no pack yet).
-LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml}
+# LEARN=configs/h200_learn_eps.yaml, the seventh (the sixth with the lr rising over its first 10 steps)
+# LEARN="configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml"; the default is the eighth, the sixth at a
+# quarter of the lr with groups of 8 over 2 tasks a step. The fourth to eighth share the fourth's warm start (the
+# sixth's committed pack, runs/h200-learn-eps, holds it, and `prepare` takes it from there for a run that has no pack
+# yet).
+LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_quarter.yaml}
 PARAMS="--params params.yaml --params configs/h200_learn.yaml"
 for layer in $LEARN; do
   [ -f "$layer" ] || { echo "LEARN names $layer, which is not a file" >&2; exit 2; }
@@ -240,7 +242,7 @@ case "$STAGE" in
     timeout -s ABRT -k 10 "$left" python3 -m kevin_cli train $PARAMS --resume ${VERBOSE:+--verbose} \
       --set experiment.time_limit_s=$((left - 30)) ${SET:-} 2>&1 | grep --line-buffered -v '━' | tee "$OUT/train.log" | tail -60
     python3 -m kevin_cli learning "$RUN" 2>&1 | tail -40
-    python3 scripts/repeats_in_run.py "$RUN" 2>&1 | tail -8  # the kernels a step judged, and the repeats reused
+    PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} python3 scripts/repeats_in_run.py "$RUN" 2>&1 | tail -8  # the kernels a step judged, and the repeats reused
     pack_run ;;
   eval)
     # WHICH: start (the warm-started model, before any GRPO step) and/or last (the newest checkpoint); SIDES: the

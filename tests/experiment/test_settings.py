@@ -182,16 +182,24 @@ def _gpu_learn_names(learn: str | None) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in out.splitlines())
 
 
+def _setting_differences(a: RunConfig, b: RunConfig) -> set[tuple[str, str]]:
+    return {(section, key) for section, values in b.params_dict().items() if isinstance(values, dict)
+            for key, value in values.items() if a.params_dict()[section][key] != value}
+
+
+SIXTH = [REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml", REPO / "configs" / "h200_learn_eps.yaml"]
+RUN_PLACES = {("experiment", "name"), ("tracking", "tracking_uri"), ("tracking", "artifact_location"),
+              ("evaluate", "checkpoint")}
+
+
 def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
-    # The default of scripts/gpu_learn.sh layers the seventh run's file over the sixth's: one setting differs.
-    names = _gpu_learn_names(None)
+    names = _gpu_learn_names("configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml")
     assert names == {"run": "outputs/h200-learn-warmup", "warm start": "outputs/h200-sft-turns-both",
                      "pack": "runs/h200-learn-warmup",
                      "params": "--params params.yaml --params configs/h200_learn.yaml --params "
                                "configs/h200_learn_eps.yaml --params configs/h200_learn_warmup.yaml"}
-    base = [REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml", REPO / "configs" / "h200_learn_eps.yaml"]
-    sixth = RunConfig.from_files(base)
-    seventh = RunConfig.from_files(base + [REPO / "configs" / "h200_learn_warmup.yaml"])
+    sixth = RunConfig.from_files(SIXTH)
+    seventh = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_warmup.yaml"])
     assert (sixth.train.warmup_ratio, seventh.train.warmup_ratio) == (0.03, 0.33)
     # 30 steps of 2 optimiser steps: the lr rises over the first 20 (steps 1-10), where the sixth run's rose over 2.
     assert (sixth.train.warmup_steps, seventh.train.warmup_steps, seventh.train.total_optimizer_steps) == (2, 20, 60)
@@ -199,10 +207,27 @@ def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
     assert seventh.sft == sixth.sft and seventh.rollout == sixth.rollout
     assert seventh.tracking.tracking_uri == "sqlite:///outputs/h200-learn-warmup/mlflow.db"
     assert seventh.evaluate.checkpoint == "outputs/h200-learn-warmup/checkpoints"
-    differ = {(section, key) for section, values in seventh.params_dict().items() if isinstance(values, dict)
-              for key, value in values.items() if sixth.params_dict()[section][key] != value}
-    assert differ == {("train", "warmup_ratio"), ("experiment", "name"), ("tracking", "tracking_uri"),
-                      ("tracking", "artifact_location"), ("evaluate", "checkpoint")}
+    assert _setting_differences(sixth, seventh) == RUN_PLACES | {("train", "warmup_ratio")}
+
+
+def test_the_eighth_run_is_the_sixth_at_a_quarter_of_the_lr_in_groups_of_eight():
+    # The default of scripts/gpu_learn.sh layers the eighth run's file over the sixth's.
+    names = _gpu_learn_names(None)
+    assert names == {"run": "outputs/h200-learn-quarter", "warm start": "outputs/h200-sft-turns-both",
+                     "pack": "runs/h200-learn-quarter",
+                     "params": "--params params.yaml --params configs/h200_learn.yaml --params "
+                               "configs/h200_learn_eps.yaml --params configs/h200_learn_quarter.yaml"}
+    sixth = RunConfig.from_files(SIXTH)
+    eighth = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_quarter.yaml"])
+    assert (sixth.train.lr, eighth.train.lr) == (1e-3, 2.5e-4)
+    # As many kernels a step: 4 tasks x 4 trajectories x 2 turns before, 2 x 8 x 2 now.
+    assert (sixth.experiment.tasks_per_batch, sixth.rollout.trajectories) == (4, 4)
+    assert (eighth.experiment.tasks_per_batch, eighth.rollout.trajectories) == (2, 8)
+    assert (eighth.train.adam_eps, eighth.train.warmup_ratio, eighth.rewards.group) == (1e-5, 0.03, "turn")
+    assert eighth.sft == sixth.sft and eighth.experiment.steps == 30
+    assert eighth.tracking.tracking_uri == "sqlite:///outputs/h200-learn-quarter/mlflow.db"
+    assert _setting_differences(sixth, eighth) == RUN_PLACES | {("train", "lr"), ("experiment", "tasks_per_batch"),
+                                                                ("rollout", "trajectories")}
 
 
 @pytest.mark.parametrize("learn, run, warm_start", [
