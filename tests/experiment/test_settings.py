@@ -192,12 +192,16 @@ RUN_PLACES = {("experiment", "name"), ("tracking", "tracking_uri"), ("tracking",
               ("evaluate", "checkpoint")}
 
 
+def _over_the_sixth(name: str, layer: str) -> dict[str, str]:
+    """What gpu_learn.sh's `names` says of a run whose own file ``layer`` is layered over the sixth run's."""
+    return {"run": f"outputs/{name}", "warm start": "outputs/h200-sft-turns-both", "pack": f"runs/{name}",
+            "params": "--params params.yaml --params configs/h200_learn.yaml --params configs/h200_learn_eps.yaml "
+                      f"--params {layer}"}
+
+
 def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
-    names = _gpu_learn_names("configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml")
-    assert names == {"run": "outputs/h200-learn-warmup", "warm start": "outputs/h200-sft-turns-both",
-                     "pack": "runs/h200-learn-warmup",
-                     "params": "--params params.yaml --params configs/h200_learn.yaml --params "
-                               "configs/h200_learn_eps.yaml --params configs/h200_learn_warmup.yaml"}
+    assert _gpu_learn_names("configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml") == \
+        _over_the_sixth("h200-learn-warmup", "configs/h200_learn_warmup.yaml")
     sixth = RunConfig.from_files(SIXTH)
     seventh = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_warmup.yaml"])
     assert (sixth.train.warmup_ratio, seventh.train.warmup_ratio) == (0.03, 0.33)
@@ -212,11 +216,7 @@ def test_the_seventh_run_is_the_sixth_with_a_warmup_of_ten_steps():
 
 def test_the_eighth_run_is_the_sixth_at_a_quarter_of_the_lr_in_groups_of_eight():
     # The default of scripts/gpu_learn.sh layers the eighth run's file over the sixth's.
-    names = _gpu_learn_names(None)
-    assert names == {"run": "outputs/h200-learn-quarter", "warm start": "outputs/h200-sft-turns-both",
-                     "pack": "runs/h200-learn-quarter",
-                     "params": "--params params.yaml --params configs/h200_learn.yaml --params "
-                               "configs/h200_learn_eps.yaml --params configs/h200_learn_quarter.yaml"}
+    assert _gpu_learn_names(None) == _over_the_sixth("h200-learn-quarter", "configs/h200_learn_quarter.yaml")
     sixth = RunConfig.from_files(SIXTH)
     eighth = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_quarter.yaml"])
     assert (sixth.train.lr, eighth.train.lr) == (1e-3, 2.5e-4)
