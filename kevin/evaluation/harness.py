@@ -337,14 +337,15 @@ class RunJob:
 
         return torch.profiler.profile(activities=self._activities()) if profiled else nullcontext()
 
-    def _observed(self, prof: Any) -> tuple[list[str], list[Any]]:
-        """The PyTorch ops (raw names) and the GPU kernel events a profiler saw."""
+    def _observed(self, prof: Any) -> tuple[list[str], list[str], float]:
+        """What a profiler saw: the PyTorch ops and, on cuda, the GPU kernels (raw names) and their time in ms."""
         from torch.autograd import DeviceType
 
         events = list(prof.events())
         ops = sorted({e.name for e in events if e.name.startswith("aten::")})
         kernels = [e for e in events if getattr(e, "device_type", None) == DeviceType.CUDA] if self.cuda else []
-        return ops, kernels
+        kernel_ms = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0.0)) for e in kernels) / 1000.0
+        return ops, sorted({e.name for e in kernels})[:200], kernel_ms
 
     def call(self, inputs: list[Any], profiled: bool) -> tuple[Any, dict[str, Any]]:
         """One forward; with ``profiled`` the PyTorch ops and GPU kernels it ran, as raw names."""
@@ -361,10 +362,9 @@ class RunJob:
             self.link.fail("runtime_error", "the forward raised an error", error=error_text(exc))
         self.check_tampering()
         if profiled:
-            seen["ops"], kernels = self._observed(prof)
+            seen["ops"], kernels, kernel_ms = self._observed(prof)
             if self.cuda:
-                seen["kernels"] = sorted({e.name for e in kernels})[:200]
-                seen["kernel_ms"] = sum(getattr(e, "device_time", getattr(e, "cuda_time", 0.0)) for e in kernels) / 1000.0
+                seen["kernels"], seen["kernel_ms"] = kernels, kernel_ms
         seen["ext_calls"] = self.loader.call_counter.get("calls", 0) - calls_before
         return out, seen
 
@@ -382,9 +382,9 @@ class RunJob:
         if problem:
             self.link.fail("incorrect", problem)
         if profiled:
-            seen["handover_ops"], kernels = self._observed(prof)
+            seen["handover_ops"], kernels, _ = self._observed(prof)
             if self.cuda:
-                seen["handover_kernels"] = sorted({e.name for e in kernels})[:200]
+                seen["handover_kernels"] = kernels
 
     def correctness(self) -> None:
         """Each trial: the judge writes fresh inputs (its own secret seed; distributions alternate) into the channel,

@@ -385,23 +385,18 @@ class RunDriver:
         gpu = KernelTarget.parse(plan.backend).is_gpu
         profiled = not gpu or watched
         if profiled:
-            if not isinstance(message.get("ops"), list):
-                self.violation("torch_compute_runtime", "the forward's PyTorch ops were not reported")
-                return
-            bad = forbidden_ops(_strings(message["ops"], 500), plan.allowed_ops)
-            if bad:
-                self.violation("torch_compute_runtime", f"PyTorch compute ran in the forward: {', '.join(bad[:5])}")
-                return
             # The hand-over (checking the outputs, putting them into the channel) runs in the candidate's process
             # too: compute moved there, after a forward that returned an uncomputed copy, is PyTorch's all the same.
-            if not isinstance(message.get("handover_ops"), list):
-                self.violation("torch_compute_runtime", "the PyTorch ops of the outputs' hand-over were not reported")
-                return
-            bad = forbidden_ops(_strings(message["handover_ops"], 500), plan.allowed_ops)
-            if bad:
-                self.violation("torch_compute_runtime", "PyTorch compute ran while the forward's outputs were handed "
-                                                        f"over: {', '.join(bad[:5])}")
-                return
+            for key, unreported, where in (("ops", "the forward's PyTorch ops were not reported", "in the forward"),
+                                           ("handover_ops", "the PyTorch ops of the outputs' hand-over were not reported",
+                                            "while the forward's outputs were handed over")):
+                if not isinstance(message.get(key), list):
+                    self.violation("torch_compute_runtime", unreported)
+                    return
+                bad = forbidden_ops(_strings(message[key], 500), plan.allowed_ops)
+                if bad:
+                    self.violation("torch_compute_runtime", f"PyTorch compute ran {where}: {', '.join(bad[:5])}")
+                    return
         if gpu and watched:
             kernels = _strings(message.get("kernels"), 200)
             own, foreign = classify_kernels(kernels, plan.own_kernels)
