@@ -217,7 +217,10 @@ class RunDriver:
                     job.send({"t": "stop"})
                 except JudgeError as exc:
                     self.judge_failed = True
-                    self.fail(Failure(Status.RUNTIME_ERROR, "the judge failed while checking this candidate", str(exc)))
+                    # The judge is the evaluator's: its failure says nothing of the candidate, and the verdict must
+                    # not be remembered as the candidate's (verdict_memo reuses only Fault.CANDIDATE).
+                    self.fail(Failure(Status.RUNTIME_ERROR, "evaluator: the judge failed while checking this candidate",
+                                      trim_error(str(exc)), fault=Fault.EVALUATOR))
                     job.send({"t": "stop"})
         finally:
             self.detach()

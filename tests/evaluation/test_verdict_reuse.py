@@ -155,6 +155,27 @@ def test_each_failure_says_whose_it_is_where_it_is_made(config, relu_task, monke
             assert (result.status, result.fault, reusable(result)) == (Status.RUNTIME_ERROR, Fault.TASK, False)
 
 
+def test_a_judge_that_fails_mid_run_is_the_evaluators_fault_and_the_kernel_is_judged_again(config, relu_task):
+    """The judge dies while it checks an honest kernel's first outputs: the verdict is a runtime error that says it was
+    the evaluator's (not remembered as the kernel's), and the same kernel submitted again is judged anew, correct."""
+    with Evaluator(config) as ev:
+        judge = ev.judge("cpu")
+        real = judge.request
+
+        def failing(message, answer, *args, **kwargs):
+            if message.get("mode") == "check":
+                raise JudgeError("the judge on cpu ended (killed)")
+            return real(message, answer, *args, **kwargs)
+
+        judge.request = failing
+        lost = ev.evaluate(relu_task, Candidate(relu_task.task_id, GOOD, candidate_id="a"))
+        assert (lost.status, lost.fault, reusable(lost)) == (Status.RUNTIME_ERROR, Fault.EVALUATOR, False)
+        assert lost.error == "evaluator: the judge failed while checking this candidate: the judge on cpu ended (killed)"
+        assert judge not in ev._judges.values()  # the failed judge is dropped; the next run starts a fresh one
+        again = ev.evaluate(relu_task, Candidate(relu_task.task_id, GOOD, candidate_id="b"))
+        assert (again.status, again.reused, again.fault) == (Status.CORRECT, False, Fault.CANDIDATE)
+
+
 def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(config, relu_task):
     seen = []
     with Evaluator(config) as ev:
