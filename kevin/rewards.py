@@ -132,6 +132,7 @@ def group_advantages(
     scale_by_std: bool = True,
     leave_one_out: bool = False,
     eps: float = 1e-4,
+    std_floor: float = 0.0,
 ) -> torch.Tensor:
     """Advantages normalised per group (a group = all m x n turn samples of one task).
 
@@ -142,7 +143,10 @@ def group_advantages(
     For sample j in group g with k samples:
       baseline_j = mean_g (default) or, with ``leave_one_out``, the mean of the OTHER k-1 samples
                    (= k/(k-1) * (R_j - mean_g) after subtraction: an unbiased RLOO baseline);
-      A_j = (R_j - baseline_j) / (std_g + eps) if ``scale_by_std`` else R_j - baseline_j (Dr-GRPO).
+      A_j = (R_j - baseline_j) / (max(std_g, std_floor) + eps) if ``scale_by_std`` else R_j - baseline_j (Dr-GRPO).
+    ``std_floor`` (default 0, plain GRPO) keeps a group whose returns differ by less than the reward's own noise (8
+    correct kernels whose scores differ only by timing jitter, 0.716 against 0.717) from being scaled up to
+    advantages as large as a correct kernel's against a failing one.
     std_g is the SAMPLE standard deviation (Bessel's correction, k-1 in the denominator), as
     ``torch.std`` and TRL's GRPOTrainer use, so our advantages equal TRL's on a single-turn group.
     eps defaults to TRL's 1e-4: when every return of a group is equal, float rounding can leave
@@ -154,6 +158,8 @@ def group_advantages(
     """
     if eps <= 0:
         raise ValueError(f"eps must be > 0 (it guards the division by a group's std), got {eps}")
+    if std_floor < 0:
+        raise ValueError(f"std_floor must be >= 0, got {std_floor}")
     ids = torch.as_tensor(group_ids, device=returns.device)
     if ids.shape != returns.shape:
         raise ValueError(f"group_ids shape {tuple(ids.shape)} must equal returns shape {tuple(returns.shape)}")
@@ -179,7 +185,7 @@ def group_advantages(
     adv = r - baseline  # [N]
     if scale_by_std:
         var = group_sum((r - mean) ** 2) / (count - 1).clamp(min=1)  # [G], Bessel-corrected
-        adv = adv / (var.sqrt()[inverse] + eps)
+        adv = adv / (var.sqrt().clamp(min=std_floor)[inverse] + eps)
     low = torch.full((num_groups,), float("inf"), dtype=torch.float64, device=r.device).scatter_reduce(
         0, inverse, r, "amin")
     high = torch.full((num_groups,), float("-inf"), dtype=torch.float64, device=r.device).scatter_reduce(
@@ -218,6 +224,13 @@ class RewardConfig(Settings):
     eps: float = 1e-4
     """Added to the group std before dividing (> 0); 1e-4 as in TRL, see ``group_advantages``."""
 
+    std_floor: float = 0.0
+    """With ``scale_by_std``, the smallest std a group is divided by (>= 0; 0: plain GRPO). Scores of correct kernels
+    carry timing noise (~1% of a speedup), and GRPO scales a group of near-equal scores up to advantages of about 1
+    whatever their spread: our eighth H200 run gave 8 correct cumsum kernels scored 0.716-0.717 advantages up to 1.38.
+    A floor of ~0.05 (a tenth of the gap between a failing and a correct kernel) leaves such groups near 0 and groups
+    with a real difference as they were."""
+
     group: str = "task"
     """Which samples are normalised together: `task` (the paper: all m x n turn samples of a task) or `turn` (the m
     samples of one task at one turn). Under `task` an earlier turn's return holds the later turns' scores too (R_0 =
@@ -242,6 +255,8 @@ class RewardConfig(Settings):
                 raise ValueError(f"rewards.{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.eps, numbers.Real) or isinstance(self.eps, bool) or not self.eps > 0:
             raise ValueError(f"rewards.eps must be a positive number such as 1.0e-4, got {self.eps!r}")
+        if not isinstance(self.std_floor, numbers.Real) or isinstance(self.std_floor, bool) or not self.std_floor >= 0:
+            raise ValueError(f"rewards.std_floor must be a number >= 0 such as 0.05, got {self.std_floor!r}")
         if self.group not in ADVANTAGE_GROUPS:
             raise ValueError(f"rewards.group must be one of {list(ADVANTAGE_GROUPS)}, got {self.group!r}")
         if self.truncation not in TRUNCATION_RULES:
@@ -263,7 +278,8 @@ class RewardConfig(Settings):
     def advantages(self, returns: torch.Tensor, group_ids: torch.Tensor | Sequence[int]) -> torch.Tensor:
         """Group advantages under this config (see ``group_advantages``; shapes [*] -> [*])."""
         return group_advantages(
-            returns, group_ids, scale_by_std=self.scale_by_std, leave_one_out=self.leave_one_out, eps=self.eps
+            returns, group_ids, scale_by_std=self.scale_by_std, leave_one_out=self.leave_one_out, eps=self.eps,
+            std_floor=self.std_floor,
         )
 
 

@@ -145,6 +145,30 @@ def test_advantages_of_equal_returns_are_zero():
     assert group_advantages(torch.tensor([4.0]), [0], leave_one_out=True).tolist() == [0.0]  # singleton
 
 
+def test_a_std_floor_keeps_timing_jitter_from_becoming_advantages():
+    # The eighth H200 run's cumsum group: correct kernels scored 0.716 and 0.717 (timing jitter), and a group with a
+    # real difference (a failing kernel at 0, a correct one at 0.5).
+    returns = torch.tensor([0.716, 0.717, 0.0, 0.5], dtype=torch.float64)
+    groups = [0, 0, 1, 1]
+    # group 0: deviations -/+0.0005, sample std 0.0005 * sqrt(2) = 0.000707; group 1: -/+0.25, std 0.25 * sqrt(2)
+    jitter_std, real_std = 0.0005 * 2 ** 0.5, 0.25 * 2 ** 0.5
+    plain = group_advantages(returns, groups, eps=EPS)
+    close(plain.tolist(), [-0.0005 / (jitter_std + EPS), 0.0005 / (jitter_std + EPS),
+                           -0.25 / (real_std + EPS), 0.25 / (real_std + EPS)], tol=1e-9)
+    assert abs(plain[0]) > 0.6  # GRPO as published: jitter weighs as much as correctness
+    floored = group_advantages(returns, groups, eps=EPS, std_floor=0.05)
+    close(floored.tolist(), [-0.0005 / (0.05 + EPS), 0.0005 / (0.05 + EPS),  # -/+0.00998
+                             -0.25 / (real_std + EPS), 0.25 / (real_std + EPS)], tol=1e-9)  # unchanged: std > floor
+    config = RewardConfig(std_floor=0.05)
+    assert config.advantages(returns, groups).tolist() == floored.tolist()
+    assert RewardConfig.from_dict(config.to_dict()) == config
+    # Dr-GRPO divides by nothing, so the floor has nothing to do.
+    assert group_advantages(returns, groups, scale_by_std=False, std_floor=0.05).tolist() == \
+        group_advantages(returns, groups, scale_by_std=False).tolist()
+    with pytest.raises(ValueError, match="std_floor"):
+        group_advantages(returns, groups, std_floor=-0.1)
+
+
 def test_advantages_keep_shape_and_dtype():
     # [tasks=2, samples=3] in, same out; group ids may be a nested list; float32 stays float32.
     returns = torch.tensor([[0.3, 1.3, 2.3], [5.0, 2.0, 8.0]], dtype=torch.float32)
@@ -184,8 +208,8 @@ def test_scores_to_advantages_end_to_end():
 
 def test_reward_config_defaults_and_round_trip():
     config = RewardConfig()
-    assert (config.aggregation, config.gamma, config.scale_by_std, config.leave_one_out, config.eps) == (
-        "sum", 0.4, True, False, 1e-4)
+    assert (config.aggregation, config.gamma, config.scale_by_std, config.leave_one_out, config.eps, config.std_floor) \
+        == ("sum", 0.4, True, False, 1e-4, 0.0)
     assert RewardConfig.from_dict(config.to_dict()) == config
     close(RewardConfig(aggregation="max", gamma=0.4).returns(SCORES), [0.52, 1.3, 0.3])
 
@@ -200,6 +224,8 @@ def test_reward_config_defaults_and_round_trip():
         ({"leave_one_out": 1}, "rewards.leave_one_out must be true or false"),
         ({"eps": 0.0}, "rewards.eps must be a positive number"),
         ({"eps": math.nan}, "rewards.eps must be a positive number"),
+        ({"std_floor": -0.05}, r"rewards.std_floor must be a number >= 0"),
+        ({"std_floor": True}, r"rewards.std_floor must be a number >= 0"),
         ({"group": "trajectory"}, r"rewards.group must be one of \['task', 'turn'\]"),
     ],
 )
