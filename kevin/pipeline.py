@@ -154,6 +154,17 @@ def read_step_verdicts(out_dir: str | Path) -> list[dict[str, Any]]:
     return found
 
 
+def read_eval_verdicts(eval_dir: str | Path, turn: int = 0) -> list[dict[str, Any]]:
+    """Every kernel an evaluation run (``kevin evaluate``) judged at 0-based ``turn``, over all its budget splits
+    (``rollouts/<split>/verdicts_TTT.jsonl``), each verdict with ``turn`` added. ValueError when there are none."""
+    paths = sorted(Path(eval_dir).glob(f"rollouts/*/verdicts_{turn:03d}.jsonl"))
+    found = [{**row, "turn": turn} for path in paths for row in _json_lines(path)]
+    if not found:
+        raise ValueError(f"{eval_dir} holds no judged kernel of turn {turn + 1} (rollouts/*/verdicts_{turn:03d}.jsonl): "
+                         "is it the folder of a finished `kevin evaluate`?")
+    return found
+
+
 def _json_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, less a line cut off by a kill."""
     rows = []

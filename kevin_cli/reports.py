@@ -70,10 +70,14 @@ def learning_cmd(
     out: Optional[Path] = typer.Option(None, help="folder for learning.csv, learning.json and learning.png "
                                                   "(default: RUN_DIR/plots)"),
     window: int = typer.Option(5, help="steps in each of the first and the last window compared"),
+    start: Optional[Path] = typer.Option(None, help="a `kevin evaluate` folder of the model the run started from on "
+                                                    "its train split: each task's first-turn kernels at its first "
+                                                    "and its last draw are also compared with it"),
 ) -> None:
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
     a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
-    task by task, each train task's correct share and score at its last draw against its first."""
+    task by task, each train task's correct share and score at its last draw against its first (and, with --start,
+    against the model the run started from)."""
     from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, turn_step_rows
     from kevin.pipeline import read_step_summaries, read_step_verdicts, write_csv, write_json
 
@@ -95,9 +99,11 @@ def learning_cmd(
     per_turn = _turn_gains(verdicts, len(rows))
     groups = _say_groups(verdicts)
     followups = _say_followups(verdicts)
+    against = _start_gains(start, verdicts) if start is not None else {}
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
-                                       "per_task_turn": per_turn, "groups": groups, "followups": followups})
+                                       "per_task_turn": per_turn, "groups": groups, "followups": followups,
+                                       "against_start": against})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
 
@@ -167,6 +173,32 @@ def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         _say_paired(metric, paired[metric])
     return paired
+
+
+def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each task's first-turn kernels at its first and last draw against the start's evaluation (``start_gain``)."""
+    from kevin.analysis.learning import start_gain
+    from kevin.pipeline import read_eval_verdicts
+
+    try:
+        reference = read_eval_verdicts(start)
+    except ValueError as exc:
+        die(str(exc))
+    found: dict[str, Any] = {}
+    for metric in ("correct_share", "score_mean"):
+        for at in ("first", "last"):
+            try:
+                g = start_gain(reference, verdicts, metric, at)
+            except ValueError as exc:
+                typer.echo(f"no comparison with {start}: {exc}")
+                return found
+            if at == "last" and g.to_dict() == {**found[f"{metric}_first"], "at": "last"}:
+                continue  # no task drawn twice yet: its last draw is its first
+            found[f"{metric}_{at}"] = g.to_dict()
+            typer.echo(f"{metric}, first turn, the start ({start.name}) -> the run at each task's {at} draw, "
+                       f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
+                       f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
+    return found
 
 
 def _say_paired(label: str, p: Any) -> None:

@@ -13,7 +13,8 @@ the task mix as noise. ``task_gain`` pairs instead: the task sampler draws every
 drawn again was drawn later in training; each such task's figure at its last draw minus its first, averaged over
 those tasks, with a bootstrap over the tasks. ``turn_task_gain`` does the same for one turn's kernels, read from
 the judged kernels of the steps' rollouts: the first turn is what the warm start taught, the refinement turn is not,
-and an update can move one while the other stays put or falls.
+and an update can move one while the other stays put or falls. ``start_gain`` pairs each task's draw in the run
+with an evaluation of the model the run started from: within the first epoch, the only pairing there is.
 
 Whether a run could learn at all is read from its groups (``turn_groups``: one task's kernels at one turn of a
 step): GRPO learns correctness only from a group that holds a correct kernel beside a failing one, and
@@ -34,8 +35,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "TaskGain",
-           "TurnTaskGain", "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain",
-           "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain",
+           "StartGain", "TurnTaskGain", "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning", "task_gain",
+           "start_gain", "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain",
            "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
@@ -279,6 +280,37 @@ def turn_task_gain(verdicts: Iterable[Mapping[str, Any]], turn: int, metric: str
     visits = turn_task_visits(verdicts, turn, metric)
     first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
     return TurnTaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, turn=turn)
+
+
+@dataclass(frozen=True)
+class StartGain(TaskGain):
+    """The run's first-turn kernels of each task at one of its draws against the model the run started from
+    (``start_gain``): ``first`` is the start's mean over the paired tasks, ``last`` the run's."""
+
+    at: str = "first"
+    """Which draw of each task: ``first`` (how much the steps before it kept of what the start knew) or ``last``."""
+
+
+def start_gain(start_verdicts: Iterable[Mapping[str, Any]], verdicts: Iterable[Mapping[str, Any]],
+               metric: str = "correct_share", at: str = "first", *, level: float = 0.9, draws: int = 2000,
+               seed: int = 0) -> StartGain:
+    """Pair each task the run drew with an evaluation of the model the run started from (``start_verdicts``: its
+    first-turn kernels, e.g. ``kevin evaluate`` of the warm start on the train split, at the run's sampling): the
+    run's ``metric`` of the task at its ``at`` draw (its first-turn kernels in that step) minus the start's, averaged
+    over the tasks in both, with a ``level`` percentile-bootstrap interval over the tasks.
+    Before a task's second draw this is the only pairing there is: the task-by-task gain within the run needs a
+    second epoch. ValueError when no task is in both."""
+    if at not in ("first", "last"):
+        raise ValueError(f"at must be first or last, got {at!r}")
+    start = turn_task_visits([{**v, "step": 0, "turn": 0} for v in start_verdicts], 1, metric)
+    run = turn_task_visits(verdicts, 1, metric)
+    visits = {task: [start[task][0], values[0 if at == "first" else -1]] for task, values in run.items()
+              if task in start}
+    if not visits:
+        raise ValueError(f"none of the run's {len(run)} tasks is among the evaluation's {len(start)}: "
+                         "was it evaluated on the run's split?")
+    first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
+    return StartGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, at=at)
 
 
 GROUP_KINDS = ("none_correct", "mixed", "all_correct")

@@ -127,6 +127,65 @@ def test_one_turn_of_each_task_against_itself():
         turn_task_gain(verdicts[-1:], 1)
 
 
+def test_each_task_of_the_run_against_the_model_it_started_from():
+    from kevin.analysis.learning import start_gain
+
+    # The start's evaluation (one step, no turn: as `kevin evaluate` writes them): a correct 2 of 4, b 0 of 4,
+    # d (never drawn by the run) 4 of 4.
+    start = [{"task_id": "a", "status": s, "score": 0.5 if s == "correct" else 0.0}
+             for s in ("correct", "correct", "incorrect", "compile_error")]
+    start += [{"task_id": "b", "status": "incorrect", "score": 0.0}] * 4
+    start += [{"task_id": "d", "status": "correct", "score": 1.0}] * 4
+    # The run: a at step 0 (2 of 2 correct, turn 2 ignored) and step 3 (0 of 2); b at step 1 (1 of 2); c unknown.
+    run = [_kernel(0, 0, "a", "correct", 0.6), _kernel(0, 0, "a", "correct", 0.8), _kernel(0, 1, "a", "incorrect"),
+           _kernel(3, 0, "a", "incorrect"), _kernel(3, 0, "a", "runtime_error"),
+           _kernel(1, 0, "b", "correct", 0.4), _kernel(1, 0, "b", "parse_error"), _kernel(2, 0, "c", "correct", 1.0)]
+    first = start_gain(start, run, "correct_share", "first")
+    # a: 0.5 -> 1.0, b: 0.0 -> 0.5: both +0.5, so every bootstrap mean is +0.5.
+    assert (first.tasks, first.first, first.last, first.at) == (2, 0.25, 0.75, "first")
+    assert (first.low, first.high, first.verdict) == (0.5, 0.5, "a rise above the noise")
+    last = start_gain(start, run, "correct_share", "last")
+    # a: 0.5 -> 0.0 (its step-3 draw), b: 0.0 -> 0.5 (drawn once: its last draw is its first).
+    assert (last.first, last.last, last.gain) == (0.25, 0.25, 0.0) and last.low == -0.5 and last.high == 0.5
+    score = start_gain(start, run, "score_mean", "first")
+    # a: (0.5 + 0.5) / 4 = 0.25 -> 0.7, b: 0 -> 0.2.
+    assert (score.first, score.last) == (pytest.approx(0.125), pytest.approx(0.45))
+    with pytest.raises(ValueError, match="none of the run's 1 tasks is among the evaluation's 3"):
+        start_gain(start, run[-1:])
+    with pytest.raises(ValueError, match="at must be first or last"):
+        start_gain(start, run, at="middle")
+
+
+def test_kevin_learning_compares_the_run_with_the_start_s_evaluation(tmp_path):
+    from typer.testing import CliRunner
+
+    from kevin_cli import app
+
+    run = tmp_path / "run"
+    for step, (task, status) in enumerate([("a", "correct"), ("b", "incorrect")]):
+        folder = run / "steps" / f"step_{step:06d}"
+        wave = folder / "rollout" / "wave_0"
+        wave.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps(_summary(step, [(1, int(status == "correct"), 0.5)])))
+        verdict = {"task_id": task, "status": status, "score": 0.5 if status == "correct" else 0.0}
+        (wave / "verdicts_000.jsonl").write_text(json.dumps(verdict) + "\n")
+    start = tmp_path / "start-eval"
+    (start / "rollouts" / "4x1").mkdir(parents=True)
+    (start / "rollouts" / "4x1" / "verdicts_000.jsonl").write_text("".join(
+        json.dumps({"task_id": t, "status": s, "score": 0.0}) + "\n" for t, s in
+        [("a", "incorrect"), ("a", "incorrect"), ("b", "correct"), ("b", "incorrect")]))
+    result = CliRunner().invoke(app, ["learning", str(run), "--window", "1", "--start", str(start)])
+    assert result.exit_code == 0, result.output
+    # a: 0 -> 1, b: 0.5 -> 0; each task drawn once, so the last draw is not shown again.
+    assert ("correct_share, first turn, the start (start-eval) -> the run at each task's first draw, 2 tasks: "
+            "0.2500 -> 0.5000: gain +0.2500") in result.output
+    assert "last draw" not in result.output
+    saved = json.loads((run / "plots" / "learning.json").read_text())["against_start"]
+    assert sorted(saved) == ["correct_share_first", "score_mean_first"] and saved["correct_share_first"]["tasks"] == 2
+    missing = CliRunner().invoke(app, ["learning", str(run), "--start", str(tmp_path / "nothing")])
+    assert missing.exit_code != 0 and "holds no judged kernel of turn 1" in missing.output
+
+
 def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     from typer.testing import CliRunner
 
