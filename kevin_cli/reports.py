@@ -177,23 +177,24 @@ def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
     """Each task's first-turn kernels at its first and last draw against the start's evaluation (``start_gain``)."""
-    from kevin.analysis.learning import start_gain
+    from kevin.analysis.learning import start_gain, turn_task_visits
     from kevin.pipeline import read_eval_verdicts
 
     try:
         reference = read_eval_verdicts(start)
     except ValueError as exc:
         die(str(exc))
+    # Before any task is drawn twice its last draw is its first: say it once.
+    draws = ("first", "last") if any(len(v) > 1 for v in turn_task_visits(verdicts, 1, "correct_share").values()) \
+        else ("first",)
     found: dict[str, Any] = {}
     for metric in ("correct_share", "score_mean"):
-        for at in ("first", "last"):
+        for at in draws:
             try:
                 g = start_gain(reference, verdicts, metric, at)
             except ValueError as exc:
                 typer.echo(f"no comparison with {start}: {exc}")
                 return found
-            if at == "last" and g.to_dict() == {**found[f"{metric}_first"], "at": "last"}:
-                continue  # no task drawn twice yet: its last draw is its first
             found[f"{metric}_{at}"] = g.to_dict()
             typer.echo(f"{metric}, first turn, the start ({start.name}) -> the run at each task's {at} draw, "
                        f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
