@@ -16,7 +16,7 @@ from typing import Any
 
 from kevin.evaluation.judge import JudgeClient, JudgeError
 from kevin.evaluation.protocol import Received
-from kevin.records.evaluation import Fault, Status, trim_error
+from kevin.records.evaluation import Fault, Status, TimingFigures, trim_error
 from kevin.evaluation.sandbox import HarnessJob, ProcessEnd
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, classify_kernels, corroborate,
                                       forbidden_ops, kernel_time_problem, measure_overhead, corroborated_ms, clock_ms)
@@ -185,8 +185,9 @@ class RunDriver:
         self._phase = "ready"
         self._attempts = 0
         self._attached = False
-        self._best: tuple[float, list[float], list[float]] | None = None
-        """(scored median, corroborated times, reported times) of the agreeing timed loop that scored fastest."""
+        self._best: tuple[float, list[float], list[float], float] | None = None
+        """(scored median, corroborated times, reported times, clock median) of the agreeing timed loop that scored
+        fastest."""
 
     def fail(self, failure: Failure) -> None:
         if self.facts.failure is None:
@@ -429,9 +430,10 @@ class RunDriver:
         problem = corroborate(evidence, self.overhead, plan.slack_ms, plan.tolerance)
         vouched = corroborated_ms(evidence, self.overhead, plan.slack_ms, plan.tolerance)
         # The evaluator's own figure is the floor: the allowances above cannot be spent on reporting calls short.
-        scored = max(statistics.median(vouched), clock_ms(evidence, self.overhead))
+        clock = clock_ms(evidence, self.overhead)
+        scored = max(statistics.median(vouched), clock)
         if not problem and (self._best is None or scored < self._best[0]):
-            self._best = (scored, vouched, samples)
+            self._best = (scored, vouched, samples, clock)
         slowed = statistics.median(vouched) - statistics.median(samples)
         if (problem or slowed > 0) and self._attempts < plan.timing_attempts - 1:
             # Not calibrated again here: the candidate's code is loaded by now, and a patch of the hand-over would
@@ -446,7 +448,7 @@ class RunDriver:
             return
         if self._best is not None:  # a loop that agreed is scored (a later one timed again may have disagreed)
             problem = ""
-            scored, vouched, samples = self._best
+            scored, vouched, samples, clock = self._best
         if not problem and KernelTarget.parse(plan.backend).is_gpu:
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:
@@ -458,8 +460,9 @@ class RunDriver:
         if slowed > 0:
             facts.warnings.append(f"scored at {facts.runtime_ms:.4f} ms a call, {slowed:.4f} ms more than the reported "
                                   "median: the evaluator's clock did not vouch for the rest")
-        facts.runtime_stats = {"median_ms": facts.runtime_ms, "mean_ms": statistics.fmean(vouched),
-                               "std_ms": statistics.pstdev(vouched), "min_ms": min(vouched)}
+        facts.timing = TimingFigures(reported_ms=statistics.median(samples), vouched_ms=statistics.median(vouched),
+                                     clock_ms=clock, mean_ms=statistics.fmean(vouched),
+                                     std_ms=statistics.pstdev(vouched), min_ms=min(vouched), loops=self._attempts + 1)
         facts.timed = True
         self._phase = "finished"
         self.job.send({"t": "continue"})

@@ -37,7 +37,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from kevin.records.evaluation import EvalResult, Fault, PhaseTimes, Status, kernel_score
+from kevin.records.evaluation import EvalResult, Fault, PhaseTimes, Status, TimingFigures, kernel_score
 
 
 @dataclass
@@ -202,7 +202,8 @@ class RunFacts:
     max_abs_error: float = 0.0
     max_rel_error: float = 0.0
     runtime_ms: float = 0.0
-    runtime_stats: dict[str, float] = field(default_factory=dict)
+    timing: TimingFigures = field(default_factory=TimingFigures)
+    """How ``runtime_ms`` was established (``EvalResult.timing``)."""
     timed: bool = False
     """All timed calls were reported, corroborated, and their spot-checked outputs were correct."""
     warnings: list[str] = field(default_factory=list)
@@ -234,7 +235,7 @@ def assemble(task_id: str, candidate_id: str, backend: str, facts: RunFacts, bas
         r.error = "the timed calls did not complete"
         return r
     r.status, r.correct = Status.CORRECT, True
-    r.runtime_ms = facts.runtime_ms
+    r.runtime_ms, r.timing = facts.runtime_ms, facts.timing
     if baseline_ms:
         r.baseline_ms = baseline_ms
         r.speedup = baseline_ms / facts.runtime_ms

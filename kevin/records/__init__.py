@@ -3,7 +3,7 @@
     tasks -> records -> evaluation, policy -> rollout -> rewards -> training -> flows
 
 - ``evaluation``: ``Candidate`` (a kernel to judge), ``EvalResult`` (the verdict), ``Status``, ``Fault``, ``PhaseTimes``,
-  ``kernel_score``, ``trim_error``;
+  ``TimingFigures``, ``kernel_score``, ``trim_error``;
 - ``verdicts``: the feedback line of a verdict and the parse-error verdict (one wording for every producer);
 - ``generation``: ``Prompt`` (messages and their rendering) and ``GenerationOut`` (a policy's response);
 - ``rollout``: ``Turn``, ``Trajectory``, ``TrainingSample`` and their JSONL files (``jsonl``).
@@ -12,7 +12,16 @@
 Only the standard library is imported here (the evaluator's sandboxed harness imports these records too).
 """
 
-from kevin.records.evaluation import Candidate, EvalResult, Fault, PhaseTimes, Status, kernel_score, trim_error
+from kevin.records.evaluation import (
+    Candidate,
+    EvalResult,
+    Fault,
+    PhaseTimes,
+    Status,
+    TimingFigures,
+    kernel_score,
+    trim_error,
+)
 from kevin.records.generation import GenerationOut, Messages, Prompt
 from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import (
@@ -38,6 +47,7 @@ __all__ = [
     "PhaseTimes",
     "Prompt",
     "Status",
+    "TimingFigures",
     "TrainingSample",
     "Trajectory",
     "Turn",

@@ -76,6 +76,29 @@ class PhaseTimes:
 
 
 @dataclass
+class TimingFigures:
+    """How a correct candidate's time a call was established, in ms (all 0 when it was not timed). The score is
+    built on ``EvalResult.runtime_ms``, the larger of ``vouched_ms`` and ``clock_ms`` (docs/judge.md): the figures
+    say how far the candidate's own report was trusted, and how much the evaluator's clock added."""
+
+    reported_ms: float = 0.0
+    """Median of the timed calls as the candidate's process reported them (its CUDA events or its clock)."""
+    vouched_ms: float = 0.0
+    """Median of the same calls as far as the evaluator's stamps vouch for them (a report shorter than the stamps
+    allow is raised)."""
+    clock_ms: float = 0.0
+    """The median call by the evaluator's clock alone, less the protocol's own cost: the least a call is scored at."""
+    mean_ms: float = 0.0
+    """Mean of the vouched calls."""
+    std_ms: float = 0.0
+    """Population standard deviation of the vouched calls: the timing noise the speedup carries."""
+    min_ms: float = 0.0
+    """Fastest vouched call."""
+    loops: int = 0
+    """Timed loops run: more than 1 when the evaluator's clock disagreed with a loop and it was timed again."""
+
+
+@dataclass
 class EvalResult:
     """The verdict on one candidate. ``score`` is the RL reward (docs/recipe.md §3)."""
 
@@ -106,6 +129,8 @@ class EvalResult:
     (``verdict_memo.reusable``); the error text says the same to a reader and is never parsed for it."""
     warnings: list[str] = field(default_factory=list)
     times: PhaseTimes = field(default_factory=PhaseTimes)
+    timing: TimingFigures = field(default_factory=TimingFigures)
+    """How ``runtime_ms`` was established (a correct candidate's; zeros otherwise)."""
     reused: bool = False
     """The verdict of an identical candidate (same task, same source) this evaluator judged before: no compile or
     run process was spent on this one (``EvalConfig.reuse_verdicts``)."""
@@ -124,6 +149,7 @@ class EvalResult:
         # this process are ever reused, so a record read back decides no reuse.
         data["fault"] = Fault(data.get("fault", Fault.CANDIDATE.value))
         data["times"] = PhaseTimes(**data.get("times", {}))
+        data["timing"] = TimingFigures(**data.get("timing", {}))  # records written before it existed: zeros
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

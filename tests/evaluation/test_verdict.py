@@ -8,7 +8,7 @@ import pytest
 from kevin.evaluation.verdict import (Failure, Overhead, RunFacts, TimingEvidence, assemble, call_extras_ms, classify_kernels,
                                       clock_ms, corroborate, corroborated_ms, kernel_time_problem, low, measure_overhead,
                                       window_excess_ms)
-from kevin.records.evaluation import Status
+from kevin.records.evaluation import EvalResult, Status, TimingFigures
 
 MS = 1_000_000  # ns
 
@@ -136,9 +136,14 @@ def test_kernels_are_classified_by_their_own_names():
 
 
 def test_correct_needs_every_trial_and_the_timing():
-    facts = RunFacts(trials_run=5, trials_passed=5, runtime_ms=2.0, timed=True)
+    timing = TimingFigures(reported_ms=1.8, vouched_ms=1.9, clock_ms=2.0, mean_ms=1.95, std_ms=0.05, min_ms=1.85, loops=2)
+    facts = RunFacts(trials_run=5, trials_passed=5, runtime_ms=2.0, timing=timing, timed=True)
     r = assemble("t", "c", "cpu", facts, baseline_ms=3.0, correctness_trials=5, flag_threshold=10.0)
     assert r.status is Status.CORRECT and r.correct and r.speedup == pytest.approx(1.5) and not r.flagged_speedup
+    assert r.timing == timing and EvalResult.from_dict(r.to_dict()) == r  # the figures go with the verdict
+    old = r.to_dict()
+    del old["timing"]  # a verdict file written before the figures existed
+    assert EvalResult.from_dict(old).timing == TimingFigures()
     partial = assemble("t", "c", "cpu", RunFacts(trials_run=3, trials_passed=3, runtime_ms=2.0, timed=True), 3.0, 5, 10.0)
     assert partial.status is Status.RUNTIME_ERROR and not partial.correct
     untimed = assemble("t", "c", "cpu", RunFacts(trials_run=5, trials_passed=5), 3.0, 5, 10.0)

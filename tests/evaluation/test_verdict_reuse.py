@@ -15,7 +15,7 @@ from kevin.evaluation.judge import JudgeError
 from kevin.evaluation.runs import reported_failure
 from kevin.evaluation.verdict import Failure, RunFacts, assemble
 from kevin.evaluation.verdict_memo import Pending, VerdictMemo, reusable, reused, verdict_key
-from kevin.records.evaluation import EvalResult, Fault, PhaseTimes
+from kevin.records.evaluation import EvalResult, Fault, PhaseTimes, TimingFigures
 from tests.conftest import RELU_BODY, cpp_solution
 
 
@@ -190,6 +190,13 @@ def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(conf
         assert len(ev.run_intervals) == 3 and len(ev.compile_intervals) == 4  # good, wrong, crash ran; 4 compiled
         assert sorted(r.candidate_id for r in seen) == [f"a{i}" for i in range(8)]  # every verdict reported once
         assert results[1].score == results[4].score == results[0].score > 0.3
+        # How the first good kernel's time was established, by the real evaluator: scored at the larger of what its
+        # stamps vouch for and the evaluator's own clock; its repeats share the judgement, figures and all.
+        timing = results[0].timing
+        assert 0 < timing.reported_ms <= timing.vouched_ms and timing.clock_ms > 0 and timing.loops >= 1
+        assert results[0].runtime_ms == max(timing.vouched_ms, timing.clock_ms)
+        assert timing.min_ms <= timing.vouched_ms and timing.std_ms >= 0
+        assert results[1].timing == results[4].timing == timing and results[2].timing == TimingFigures()
         assert results[1].times == PhaseTimes() and results[0].times.total > 0
         assert ev.verdicts.hits == 0 and len(ev.verdicts) == 4
 
