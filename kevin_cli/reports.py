@@ -100,10 +100,11 @@ def learning_cmd(
     groups = _say_groups(verdicts)
     followups = _say_followups(verdicts)
     against = _start_gains(start, verdicts) if start is not None else {}
+    floor = _say_floor(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
                                        "per_task_turn": per_turn, "groups": groups, "followups": followups,
-                                       "against_start": against})
+                                       "against_start": against, "floor": floor})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
     typer.echo(f"plot: {plot}")
 
@@ -200,6 +201,17 @@ def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
                        f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
                        f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
     return found
+
+
+def _say_floor(verdicts: list[dict[str, Any]]) -> dict[str, float] | None:
+    """What the score's floor cost the correct kernels the run judged (docs/judge.md)."""
+    from kevin.analysis.learning import floor_raises
+
+    floor = floor_raises(verdicts)
+    if floor is not None:
+        typer.echo(f"the score's floor: {floor['raised']} of {floor['kernels']} correct kernels judged here were scored "
+                   f"slower than they reported, median {floor['median_raise']:.1%}, at most {floor['max_raise']:.1%}")
+    return floor
 
 
 def _say_paired(label: str, p: Any) -> None:

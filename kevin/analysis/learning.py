@@ -35,7 +35,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "StartGain",
-           "TaskGain", "TurnTaskGain", "WindowGain", "learning_rows", "mixed_share_at", "paired_gain", "plot_learning",
+           "TaskGain", "TurnTaskGain", "WindowGain", "floor_raises", "learning_rows", "mixed_share_at", "paired_gain",
+           "plot_learning",
            "start_gain", "task_gain", "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain",
            "turn_task_visits", "window_gain", "window_tasks"]
 
@@ -430,3 +431,22 @@ def turn_followups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str,
             counts["repeated_after_failure"] += repeated
             counts["fixed"] += correct
     return out
+
+
+def floor_raises(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, float] | None:
+    """What the score's floor cost the run's correct kernels: over those judged in the run (not reused) whose verdict
+    carries its timing figures (``EvalResult.timing``), how many were scored slower than they reported
+    (``runtime_ms`` above ``timing.reported_ms``) and by how much, as a share of the reported time (median and
+    largest). None when no verdict carries the figures (runs judged before they existed)."""
+    raises = []
+    for v in verdicts:
+        reported = float((v.get("timing") or {}).get("reported_ms", 0.0))
+        if v.get("status") == "correct" and not v.get("reused") and reported > 0:
+            raises.append(max(float(v["runtime_ms"]) / reported - 1.0, 0.0))
+    if not raises:
+        return None
+    raises.sort()
+    mid = len(raises) // 2
+    median = raises[mid] if len(raises) % 2 else (raises[mid - 1] + raises[mid]) / 2
+    return {"kernels": len(raises), "raised": sum(r > 0 for r in raises), "median_raise": median,
+            "max_raise": raises[-1]}

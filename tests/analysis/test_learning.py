@@ -167,7 +167,8 @@ def test_kevin_learning_compares_the_run_with_the_start_s_evaluation(tmp_path):
         wave = folder / "rollout" / "wave_0"
         wave.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps(_summary(step, [(1, int(status == "correct"), 0.5)])))
-        verdict = {"task_id": task, "status": status, "score": 0.5 if status == "correct" else 0.0}
+        verdict = {"task_id": task, "status": status, "score": 0.5 if status == "correct" else 0.0,
+                   "runtime_ms": 0.5 if status == "correct" else 0.0, "timing": {"reported_ms": 0.4}}
         (wave / "verdicts_000.jsonl").write_text(json.dumps(verdict) + "\n")
     start = tmp_path / "start-eval"
     (start / "rollouts" / "4x1").mkdir(parents=True)
@@ -180,10 +181,28 @@ def test_kevin_learning_compares_the_run_with_the_start_s_evaluation(tmp_path):
     assert ("correct_share, first turn, the start (start-eval) -> the run at each task's first draw, 2 tasks: "
             "0.2500 -> 0.5000: gain +0.2500") in result.output
     assert "last draw" not in result.output
+    assert "the score's floor: 1 of 1 correct kernels judged here were scored slower than they reported, median " \
+        "25.0%, at most 25.0%" in result.output
     saved = json.loads((run / "plots" / "learning.json").read_text())["against_start"]
     assert sorted(saved) == ["correct_share_first", "score_mean_first"] and saved["correct_share_first"]["tasks"] == 2
     missing = CliRunner().invoke(app, ["learning", str(run), "--start", str(tmp_path / "nothing")])
     assert missing.exit_code != 0 and "holds no judged kernel of turn 1" in missing.output
+
+
+def test_what_the_score_s_floor_cost_the_correct_kernels():
+    from kevin.analysis.learning import floor_raises
+
+    def judged(status, runtime, reported, reused=False):
+        return {"status": status, "runtime_ms": runtime, "reused": reused, "timing": {"reported_ms": reported}}
+
+    verdicts = [judged("correct", 1.1, 1.0), judged("correct", 2.0, 2.0), judged("correct", 0.5, 0.2, reused=True),
+                judged("incorrect", 0.0, 0.0), {"status": "correct", "runtime_ms": 3.0}]  # the last: no figures
+    # Counted: +10% and 0% (the reused repeat, the failing kernel and the old record are not).
+    assert floor_raises(verdicts) == {"kernels": 2, "raised": 1, "median_raise": pytest.approx(0.05),
+                                      "max_raise": pytest.approx(0.1)}
+    assert floor_raises(verdicts[2:]) is None
+    three = floor_raises([judged("correct", 1.5, 1.0), *verdicts[:2]])
+    assert three["median_raise"] == pytest.approx(0.1) and three["raised"] == 2
 
 
 def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
