@@ -28,6 +28,7 @@ matplotlib is imported by ``plot_learning`` only.
 from __future__ import annotations
 
 import random
+import statistics
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -445,8 +446,5 @@ def floor_raises(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, float] | No
             raises.append(max(float(v["runtime_ms"]) / reported - 1.0, 0.0))
     if not raises:
         return None
-    raises.sort()
-    mid = len(raises) // 2
-    median = raises[mid] if len(raises) % 2 else (raises[mid - 1] + raises[mid]) / 2
-    return {"kernels": len(raises), "raised": sum(r > 0 for r in raises), "median_raise": median,
-            "max_raise": raises[-1]}
+    return {"kernels": len(raises), "raised": sum(r > 0 for r in raises), "median_raise": statistics.median(raises),
+            "max_raise": max(raises)}
