@@ -30,11 +30,11 @@ import math
 import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kevin.analysis.estimators import Metrics, check_tasks, curve_metrics, metrics_from, trajectory_count, turn_table
-from kevin.analysis.outcomes import TaskOutcome, metric_names, trajectory_perf
+from kevin.analysis.outcomes import TaskOutcome, metric_names, trajectory_correct, trajectory_perf
 from kevin.settings import Settings
 
 __all__ = ["AnalysisConfig", "BudgetSplit", "RunReport", "analyze_run", "report_from_states"]
@@ -153,6 +153,9 @@ class RunReport:
     """Budget split name -> its turn curve: k = the split's trajectories, after turn t = 1..its turns."""
     task_best_speedup: dict[str, float]
     """Per task, its best trajectory's perf after the last turn (0 when no kernel was correct)."""
+    task_correct_share: dict[str, float] = field(default_factory=dict)
+    """Per task, the share of its trajectories with a correct kernel after the headline's last turn (their mean
+    over tasks is avg@k of ``correct``); empty in reports written before it was kept."""
 
     @property
     def final(self) -> Metrics:
@@ -181,7 +184,8 @@ class RunReport:
                 "fast_ps": list(self.fast_ps), "table_fast_ps": list(self.table_fast_ps),
                 "by_k": [metrics(m) for m in self.by_k], "by_turn": [metrics(m) for m in self.by_turn],
                 "splits": {s: [metrics(m) for m in curve] for s, curve in self.splits.items()},
-                "task_best_speedup": dict(self.task_best_speedup)}
+                "task_best_speedup": dict(self.task_best_speedup),
+                "task_correct_share": dict(self.task_correct_share)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "RunReport":
@@ -197,7 +201,14 @@ class RunReport:
                    table_fast_ps=tuple(float(p) for p in data["table_fast_ps"]),
                    by_k=tuple(metrics(m) for m in data["by_k"]), by_turn=tuple(metrics(m) for m in data["by_turn"]),
                    splits={s: tuple(metrics(m) for m in curve) for s, curve in data["splits"].items()},
-                   task_best_speedup={t: float(v) for t, v in data["task_best_speedup"].items()})
+                   task_best_speedup={t: float(v) for t, v in data["task_best_speedup"].items()},
+                   task_correct_share={t: float(v) for t, v in data.get("task_correct_share", {}).items()})
+
+
+def task_correct_shares(tasks: Sequence[TaskOutcome]) -> dict[str, float]:
+    """Per task, the share of its trajectories with a correct kernel (in any of their turns)."""
+    return {t.task_id: (sum(map(trajectory_correct, t.trajectories)) / len(t.trajectories) if t.trajectories else 0.0)
+            for t in tasks}
 
 
 def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig | None = None) -> RunReport:
@@ -234,6 +245,7 @@ def analyze_run(name: str, tasks: Sequence[TaskOutcome], config: AnalysisConfig 
         by_turn=by_turn,
         splits=splits,
         task_best_speedup={t.task_id: max(trajectory_perf(tr) for tr in t.trajectories) for t in tasks},
+        task_correct_share=task_correct_shares(tasks),
     )
 
 
@@ -283,4 +295,5 @@ def report_from_states(name: str, states: Mapping[str, Sequence[Sequence[TaskOut
                 best[task.task_id] = max([best[task.task_id], *(trajectory_perf(tr) for tr in task.trajectories)])
     return RunReport(name=name, trajectories=top.trajectories, turns=top.turns, tasks=len(ids),
                      fast_ps=config.fast_ps, table_fast_ps=config.table_fast_ps, by_k=tuple(by_k),
-                     by_turn=splits[headline], splits=splits, task_best_speedup=best)
+                     by_turn=splits[headline], splits=splits, task_best_speedup=best,
+                     task_correct_share=task_correct_shares(last))

@@ -154,7 +154,8 @@ def outcomes_from_trajectories(trajectories: Iterable[Any]) -> list[TaskOutcome]
 
 def outcomes_from_turns(turns: Iterable[Any]) -> list[TaskOutcome]:
     """Task outcomes from rollout turn records (anything with ``task_id``, ``trajectory``, ``turn`` and a
-    ``result`` dict holding the evaluator's ``correct`` and ``speedup``).
+    ``result``: the ``EvalResult`` of a loaded ``Turn``, or a dict holding the evaluator's ``correct`` and
+    ``speedup``).
 
     Tasks keep the order in which they first appear, trajectories are sorted by index, turns by number;
     each trajectory's turn numbers must run 0, 1, 2 ... without gaps (turn i is the (i+1)-th kernel).
@@ -162,9 +163,12 @@ def outcomes_from_turns(turns: Iterable[Any]) -> list[TaskOutcome]:
     """
     grouped: dict[str, dict[int, dict[int, KernelOutcome]]] = {}
     for record in turns:
-        result: Mapping[str, Any] = record.result or {}
-        correct = bool(result.get("correct", False))
-        speedup = float(result.get("speedup", 0.0) or 0.0)
+        result = record.result
+        if isinstance(result, Mapping) or result is None:  # a verdict's dict (or none)
+            correct = bool((result or {}).get("correct", False))
+            speedup = float((result or {}).get("speedup", 0.0) or 0.0)
+        else:  # the EvalResult a loaded ``Turn`` holds
+            correct, speedup = bool(result.correct), float(result.speedup or 0.0)
         kernels = grouped.setdefault(record.task_id, {}).setdefault(int(record.trajectory), {})
         if int(record.turn) in kernels:
             raise ValueError(f"task {record.task_id!r} trajectory {record.trajectory}: turn {record.turn} "

@@ -243,7 +243,7 @@ label, kind (as in the comparison) and the figure of one task."""
 def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *, level: float = 0.9,
                     draws: int = 2000, seed: int = 0) -> str:
     """Each other run against the baseline task by task, on the tasks both evaluated: per figure of
-    ``PAIRED_FIGURES``, both means, the gain, and a ``level`` percentile-bootstrap interval of the mean per-task
+    ``PAIRED_FIGURES`` (and the share of each task's tries that were correct, where both reports keep it), both means, the gain, and a ``level`` percentile-bootstrap interval of the mean per-task
     difference from ``draws`` seeded redraws of the tasks, with its verdict.
 
     The comparison's rows are means over tasks that differ far more than two checkpoints do; pairing each task with
@@ -256,17 +256,27 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
     header = ["figure", "run", "tasks", f"{base.name} (baseline)", "run", "gain", f"{100 * level:.0f}% interval",
               "verdict"]
     rows = []
+
+    def row(label: str, kind: str, run: RunReport, visits: dict[str, list[float]]) -> list[str]:
+        first, last, low, high, _ = paired_gain(visits, level=level, draws=draws, seed=seed)
+        fmt = times if kind == "speedup" else pct
+        return [label, run.name, str(len(visits)), fmt(first), fmt(last), _delta(kind, last, first),
+                f"[{_delta(kind, low, 0.0)}, {_delta(kind, high, 0.0)}]",
+                Gain(first=first, last=last, low=low, high=high).verdict]
+
     for i, run in enumerate(reports):
         common = sorted(set(base.task_best_speedup) & set(run.task_best_speedup))
         if i == b or not common:
             continue
         for label, kind, figure in PAIRED_FIGURES:
-            visits = {t: [figure(base.task_best_speedup[t]), figure(run.task_best_speedup[t])] for t in common}
-            first, last, low, high, _ = paired_gain(visits, level=level, draws=draws, seed=seed)
-            fmt = times if kind == "speedup" else pct
-            rows.append([label, run.name, str(len(common)), fmt(first), fmt(last), _delta(kind, last, first),
-                         f"[{_delta(kind, low, 0.0)}, {_delta(kind, high, 0.0)}]",
-                         Gain(first=first, last=last, low=low, high=high).verdict])
+            rows.append(row(label, kind, run, {t: [figure(base.task_best_speedup[t]), figure(run.task_best_speedup[t])]
+                                               for t in common}))
+        # best@k asks whether any try solved a task; the share of tries that did (avg@k) is what a policy update
+        # moves first, and it can rise while best@k falls (a policy that narrows onto the answers it knows).
+        shared = sorted(set(base.task_correct_share) & set(run.task_correct_share))
+        if shared:
+            rows.append(row("tries correct (avg@k)", "share", run,
+                            {t: [base.task_correct_share[t], run.task_correct_share[t]] for t in shared}))
     if not rows:
         return f"No run shares a task with {base.name}: there is nothing to pair.\n"
     return markdown_table(header, rows)

@@ -12,9 +12,10 @@ import pytest
 from kevin.analysis import estimators as E
 from kevin.analysis import outcomes as O
 from kevin.analysis.estimators import avg_over, best_at_k, expected_max_of_subset, geometric_mean, metrics_at, pass_at_k
-from kevin.analysis.metrics import AnalysisConfig, BudgetSplit, analyze_run
+from kevin.analysis.metrics import AnalysisConfig, BudgetSplit, RunReport, analyze_run, report_from_states
 from kevin.analysis.outcomes import KernelOutcome, TaskOutcome, TrajectoryOutcome, outcomes_from_turns
-from kevin.records.rollout import Turn
+from kevin.records.evaluation import EvalResult, Status
+from kevin.records.rollout import Turn, load_turns, save_turns
 
 T = TrajectoryOutcome.of
 F0 = (False, 0.0)
@@ -251,7 +252,26 @@ def test_analyze_run_budget_splits_and_report():
     assert report.split("4x1").best["perf"] == pytest.approx(2.5 / 3)
     assert report.split(" 4 x 1 ").best["correct"] == pytest.approx(2 / 3)
     assert report.task_best_speedup == {"A": 2.0, "B": 0.0, "C": 1.5}
+    # tries with a correct kernel: A a0, a1, a3 of 4; B none; C c0, c1 of 4. Their mean is avg@4 of correct.
+    assert report.task_correct_share == {"A": 0.75, "B": 0.0, "C": 0.5}
+    assert report.final.avg["correct"] == pytest.approx((0.75 + 0.0 + 0.5) / 3)
+    assert RunReport.from_dict(report.to_dict()) == report
+    # a report written before the shares were kept reads back without them
+    old = {k: v for k, v in report.to_dict().items() if k != "task_correct_share"}
+    assert RunReport.from_dict(old).task_correct_share == {}
     assert report.metric_names == ["correct", "perf", "fast_0", "fast_1", "fast_1.5", "fast_2"]
+
+
+def test_report_from_states_keeps_the_headline_shares_of_correct_tries():
+    # Independent trajectories: the same outcomes after every turn, so the report matches analyze_run's; a beam
+    # that kept only a1 and a3 of task A (both correct) and C's c0, c1 after its last turn has shares 1.0 there.
+    config = AnalysisConfig(budget_splits=("4x3",))
+    same = report_from_states("s", {"4x3": [TASKS] * 3}, config)
+    assert same.task_correct_share == {"A": 0.75, "B": 0.0, "C": 0.5}
+    beam_last = [TaskOutcome("A", TASK_A.trajectories[1::2]), TaskOutcome("B", TASK_B.trajectories[:2]),
+                 TaskOutcome("C", TASK_C.trajectories[:2])]
+    beam = report_from_states("b", {"2x3": [TASKS, TASKS, beam_last]}, AnalysisConfig(budget_splits=("2x3",)))
+    assert beam.task_correct_share == {"A": 1.0, "B": 0.0, "C": 1.0}
 
 
 def test_analyze_run_refuses_bad_input():
@@ -295,6 +315,21 @@ def _turn(task, traj, turn, correct, speedup):
     status = "correct" if correct else "incorrect"
     return Turn(task_id=task, trajectory=traj, turn=turn,
                 result={"status": status, "correct": correct, "speedup": speedup, "score": 0.0})
+
+
+def test_outcomes_from_saved_turn_records(tmp_path):
+    # The records a rollout writes: read back, their verdicts are EvalResults, not dicts.
+    def verdict(status, speedup):
+        return EvalResult(task_id="t", candidate_id="c", status=status, correct=status is Status.CORRECT,
+                          speedup=speedup, score=0.0)
+
+    path = tmp_path / "turn_000.jsonl"
+    save_turns(path, [Turn(task_id="t", trajectory=0, turn=0, result=verdict(Status.CORRECT, 1.25)),
+                      Turn(task_id="t", trajectory=1, turn=0, result=verdict(Status.COMPILE_ERROR, 0.0))])
+    loaded = load_turns(path)
+    assert isinstance(loaded[0].result, EvalResult)
+    (task,) = outcomes_from_turns(loaded)
+    assert task.trajectories == (T((True, 1.25)), T(F0))
 
 
 def test_outcomes_from_rollout_turns():

@@ -180,15 +180,23 @@ def test_paired_pairs_each_task_with_itself():
     # best perf: base (0 + 1.2 + 0.5) / 3 = 0.57x, run (0.8 + 1.5 + 0.5) / 3 = 0.93x, gain 0.37x; differences
     #   [0.8, 0.3, 0]: mean 0 has probability 1/27 < 0.05, so the 5% end is the next value up, 0.3 / 3 = 0.10; mean
     #   0.8 has 1/27, so the 95% end is (0.8 + 0.8 + 0.3) / 3 = 0.63: a rise above the noise.
-    base = dataclasses.replace(BASE, task_best_speedup={"A": 0.0, "B": 1.2, "C": 0.5, "D": 0.0})
-    run = dataclasses.replace(CKPT, task_best_speedup={"A": 0.8, "B": 1.5, "C": 0.5, "E": 2.0})
+    # Tries correct (avg@k), from the tasks' shares: base A 0, B 0.5, C 0.25; run A 0.5, B 1.0, C 0.25: 25% ->
+    #   58%, +33 pts; differences [0.5, 0.5, 0]: mean 0 has probability 1/27 < 0.05, so the 5% end is the next value
+    #   up, 0.5 / 3 = +17 pts; mean 0.5 has 8/27 > 0.05, so the 95% end is +50 pts: a rise above the noise.
+    base = dataclasses.replace(BASE, task_best_speedup={"A": 0.0, "B": 1.2, "C": 0.5, "D": 0.0},
+                               task_correct_share={"A": 0.0, "B": 0.5, "C": 0.25, "D": 0.0})
+    run = dataclasses.replace(CKPT, task_best_speedup={"A": 0.8, "B": 1.5, "C": 0.5, "E": 2.0},
+                              task_correct_share={"A": 0.5, "B": 1.0, "C": 0.25, "E": 1.0})
     assert paired_markdown([base, run]) == (
-        "| figure                  | run  | tasks | base (baseline) | run   | gain    | 90% interval      | verdict                |\n"
-        "|-------------------------|------|-------|-----------------|-------|---------|-------------------|------------------------|\n"
-        "| tasks solved            | ckpt | 3     | 67%             | 100%  | +33 pts | [+0 pts, +67 pts] | within the noise       |\n"
-        "| tasks faster than eager | ckpt | 3     | 33%             | 33%   | +0 pts  | [+0 pts, +0 pts]  | within the noise       |\n"
-        "| best perf               | ckpt | 3     | 0.57x           | 0.93x | +0.37x  | [+0.10x, +0.63x]  | a rise above the noise |\n"
+        "| figure                  | run  | tasks | base (baseline) | run   | gain    | 90% interval       | verdict                |\n"
+        "|-------------------------|------|-------|-----------------|-------|---------|--------------------|------------------------|\n"
+        "| tasks solved            | ckpt | 3     | 67%             | 100%  | +33 pts | [+0 pts, +67 pts]  | within the noise       |\n"
+        "| tasks faster than eager | ckpt | 3     | 33%             | 33%   | +0 pts  | [+0 pts, +0 pts]   | within the noise       |\n"
+        "| best perf               | ckpt | 3     | 0.57x           | 0.93x | +0.37x  | [+0.10x, +0.63x]   | a rise above the noise |\n"
+        "| tries correct (avg@k)   | ckpt | 3     | 25%             | 58%   | +33 pts | [+17 pts, +50 pts] | a rise above the noise |\n"
     )
+    # Reports written before the shares were kept pair the best-perf figures only.
+    assert "tries correct" not in paired_markdown([dataclasses.replace(base, task_correct_share={}), run])
     # The other way round: the same pairs, every gain and interval negated.
     lines = paired_markdown([base, run], baseline="ckpt").splitlines()
     assert "| best perf " in lines[4] and "-0.37x" in lines[4] and "[-0.63x, -0.10x]" in lines[4]
