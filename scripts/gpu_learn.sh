@@ -256,6 +256,12 @@ case "$STAGE" in
       for side in ${SIDES:-train eval}; do
         # the warm start's evaluations are shared by the runs that start from it
         dir=$RUN-eval-$which-$side$suffix; [ "$which" = start ] && dir=$(start_eval "$side$suffix")
+        if [ "$which" = last ] && [ -f "$dir/run.json" ]; then
+          # an evaluation of an older checkpoint keeps its folder under that checkpoint's name; the newest gets "last"
+          was=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["checkpoint"])' "$dir/run.json")
+          now=$(ls -d "$RUN"/checkpoints/step_* 2>/dev/null | sort | tail -1)
+          [ "$(basename "$was")" = "$(basename "$now")" ] || mv "$dir" "$dir-$(basename "$was")"
+        fi
         [ -f "$dir/report.json" ] && continue
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
         timeout ${EVAL_S:-270} python3 -m kevin_cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
