@@ -243,8 +243,9 @@ label, kind (as in the comparison) and the figure of one task."""
 def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *, level: float = 0.9,
                     draws: int = 2000, seed: int = 0) -> str:
     """Each other run against the baseline task by task, on the tasks both evaluated: per figure of
-    ``PAIRED_FIGURES`` (and the share of each task's tries that were correct, where both reports keep it), both means, the gain, and a ``level`` percentile-bootstrap interval of the mean per-task
-    difference from ``draws`` seeded redraws of the tasks, with its verdict.
+    ``PAIRED_FIGURES`` (and the share of each task's tries that were correct, where both reports keep it), both
+    means, the gain, and a ``level`` percentile-bootstrap interval of the mean per-task difference from ``draws``
+    seeded redraws of the tasks, with its verdict.
 
     The comparison's rows are means over tasks that differ far more than two checkpoints do; pairing each task with
     itself removes that spread, and the interval says whether a gain of a few tasks is more than which tasks happened
