@@ -96,7 +96,7 @@ def learning_cmd(
     gain = _window(summaries, rows, window)
     _say_rest(run_dir)
     paired = _task_gains(summaries)
-    per_turn = _turn_gains(verdicts, len(rows))
+    per_turn = _turn_gains(verdicts, {int(r["step"]) for r in rows})
     groups = _say_groups(verdicts)
     followups = _say_followups(verdicts)
     against = _start_gains(start, verdicts) if start is not None else {}
@@ -250,14 +250,20 @@ def _say_followups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
     return followups
 
 
-def _turn_gains(verdicts: list[dict[str, Any]], steps: int) -> dict[str, Any]:
-    """Task by task per turn, from the judged kernels of the steps the run folder holds (rollouts or kernels.jsonl)."""
+def _turn_gains(verdicts: list[dict[str, Any]], finished: set[int]) -> dict[str, Any]:
+    """Task by task per turn, from the judged kernels of the steps the run folder holds (rollouts or kernels.jsonl);
+    ``finished``: the 1-based numbers of the steps with a summary."""
     from kevin.analysis.learning import TURN_METRICS, turn_task_gain
 
-    held = len({v["step"] for v in verdicts})
-    if held < steps:
-        typer.echo(f"per turn: the judged kernels of {held} of {steps} steps are here (the others travelled without "
-                   "their rollouts, from before steps kept kernels.jsonl)")
+    held = {int(v["step"]) + 1 for v in verdicts}
+    if finished - held:
+        typer.echo(f"per turn: the judged kernels of {len(finished & held)} of {len(finished)} steps are here (the "
+                   "others travelled without their rollouts, from before steps kept kernels.jsonl)")
+    if held - finished:
+        # A step stopped mid-way (a call's time limit) leaves the kernels it judged, sampled from the checkpoint
+        # before it: real draws of the policy, so they count, and the reader is told which step they come from.
+        typer.echo(f"per turn, groups, follow-ups and against the start: with the judged kernels of unfinished step "
+                   f"{', '.join(map(str, sorted(held - finished)))} (a resume redoes it from them)")
     gains: dict[str, Any] = {}
     for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
         for metric in TURN_METRICS:

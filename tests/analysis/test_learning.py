@@ -255,6 +255,7 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
     result = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
     assert result.exit_code == 0, result.output
     assert "the judged kernels of 2 of 3 steps are here" in result.output
+    assert "unfinished step" not in result.output
     # Steps 0 and 2 (the cut-off line skipped): turn 1 correct 1 -> 0, turn 2 correct 0 -> 1.
     assert "turn 1 correct_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
     assert "turn 2 parse_error_share, the same 1 tasks at their first and last draw: 1.0000 -> 0.0000" in result.output
@@ -268,6 +269,15 @@ def test_kevin_learning_reads_each_turn_from_the_rollouts_it_still_holds(tmp_pat
     assert groups["2"] == {"groups": 2, "none_correct": 1, "mixed": 0, "all_correct": 1,
                            "mixed_share_at": {"4": 0.875, "8": pytest.approx(1 - 2 * 0.5 ** 8),
                                               "16": pytest.approx(1 - 2 * 0.5 ** 16)}}
+    # Step 4 was stopped after its first turn was judged: no summary, its verdicts alone; they count, and it is said.
+    wave = run / "steps" / "step_000003" / "rollout" / "wave_0"
+    wave.mkdir(parents=True)
+    (wave / "verdicts_000.jsonl").write_text(json.dumps({"task_id": "t", "status": "correct", "score": 1.0}) + "\n")
+    again = CliRunner().invoke(app, ["learning", str(run), "--window", "1"])
+    assert "the judged kernels of 2 of 3 steps are here" in again.output
+    assert "with the judged kernels of unfinished step 4 (a resume redoes it from them)" in again.output
+    # turn 1 of task t: correct at step 1, incorrect at step 3, correct at the unfinished step 4 (its last draw)
+    assert "turn 1 correct_share, the same 1 tasks at their first and last draw: 1.0000 -> 1.0000" in again.output
 
 
 def test_each_turn_step_by_step_with_the_answers_cut_off():
