@@ -91,7 +91,8 @@ class ExperimentConfig(Settings):
 
     time_limit_s: float = 0.0
     """Pause the run, checkpointed, before a step that would end more than this many seconds after the run began
-    (judged by its slowest step so far); ``--resume`` continues it. For machines lent for a fixed time: a hard kill
+    (judged by its slowest step so far, and never less than the median of the run's last 5 recorded steps);
+    ``--resume`` continues it. For machines lent for a fixed time: a hard kill
     loses the step in flight's update, a pause loses nothing. 0: no limit."""
 
     def __post_init__(self) -> None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 import threading
 import time
 from contextlib import contextmanager
@@ -55,7 +56,7 @@ from kevin.experiment.report import verdict_counts
 from kevin.experiment.run_tracking import RunTracking
 from kevin.experiment.splits import train_tasks
 from kevin.policy.protocol import Policy
-from kevin.pipeline import KERNELS_FILE, kernel_rows
+from kevin.pipeline import KERNELS_FILE, kernel_rows, read_step_summaries
 from kevin.records.jsonl import atomic_write_text, read_jsonl, write_jsonl
 from kevin.records.rollout import TrainingSample, Trajectory, load_records
 from kevin.records.target import KernelTarget
@@ -74,6 +75,16 @@ if TYPE_CHECKING:  # the types of the live objects; their modules load torch, ML
 log = logging.getLogger(__name__)
 
 __all__ = ["TrainingRun"]
+
+
+RECENT_STEPS = 5
+"""How many of the run's last recorded steps set the floor of the time a next step is expected to take."""
+
+
+def recent_step_seconds(summaries: list[dict[str, Any]], last: int = RECENT_STEPS) -> float:
+    """The median wall time of the last ``last`` steps' summaries (``seconds.step``), 0 without any."""
+    times = [float(s["seconds"]["step"]) for s in summaries[-last:] if "step" in s.get("seconds", {})]
+    return statistics.median(times) if times else 0.0
 
 
 class TrainingRun(RunTracking):
@@ -97,6 +108,7 @@ class TrainingRun(RunTracking):
         self._began = time.monotonic()
         self._step_began: float | None = None
         self._step_seconds: list[float] = []
+        self._recorded_step_s: float | None = None  # the run's recent steps on disk (read once, when first needed)
         self.tasks: dict[str, Task] = {}
         # The live objects, built by open(); None until then.
         self.sampler: TaskSampler = None  # type: ignore[assignment]
@@ -452,13 +464,18 @@ class TrainingRun(RunTracking):
         """Why the run pauses after ``step`` (``experiment.time_limit_s``), or "". The slowest step this process has
         run stands in for the next one (the update and checkpoint are short beside the rollout), less the process's
         first step once there is another: that one pays once for what later steps find ready (CUDA graphs, compiler
-        and baseline caches on a fresh machine; 192 s against 107 s the step after it on the H200, 2026-12-04)."""
+        and baseline caches on a fresh machine; 192 s against 107 s the step after it on the H200, 2026-12-04).
+        Never less than the median of the run's last ``RECENT_STEPS`` recorded steps: a resumed process whose one
+        step so far was quick (its kernels judged before, 28 s) otherwise starts a step that takes 60 s and overruns
+        (the eighth H200 run's step 23, 2026-12-06)."""
         limit = self.config.experiment.time_limit_s
         if not limit or step + 1 >= self.steps or self._step_began is None:
             return ""
         now = time.monotonic()
         self._step_seconds.append(now - self._step_began)
-        expected = max(self._step_seconds[1:] or self._step_seconds)
+        if self._recorded_step_s is None:
+            self._recorded_step_s = recent_step_seconds(read_step_summaries(self.out_dir))
+        expected = max(max(self._step_seconds[1:] or self._step_seconds), self._recorded_step_s)
         used = now - self._began
         if used + expected <= limit:
             return ""

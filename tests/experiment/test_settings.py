@@ -3,6 +3,7 @@ that say what to do."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -246,3 +247,23 @@ def test_gpu_learn_refuses_a_layer_that_is_not_a_file():
     env = dict(os.environ, LEARN="configs/h200_learn_eps.yaml configs/no_such.yaml")
     done = subprocess.run(["bash", "scripts/gpu_learn.sh", "names"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "configs/no_such.yaml, which is not a file" in done.stderr
+
+
+def test_a_resumed_run_expects_its_recent_steps_not_only_its_first_quick_one(monkeypatch, tmp_path):
+    from kevin.experiment import run as run_module
+
+    # Six recorded steps: the oldest (200 s) is not among the last five, whose median is 60 s.
+    for step, seconds in enumerate((200.0, 40.0, 90.0, 60.0, 50.0, 70.0)):
+        folder = tmp_path / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({"step": step, "seconds": {"step": seconds}}))
+    assert run_module.recent_step_seconds(run_module.read_step_summaries(tmp_path)) == 60.0
+    assert run_module.recent_step_seconds([]) == 0.0
+    clock = _Clock()
+    monkeypatch.setattr(run_module.time, "monotonic", clock)
+    config = RunConfig.from_dict({"experiment": {"steps": 9, "time_limit_s": 90.0, "output_dir": str(tmp_path)}})
+    run = run_module.TrainingRun(config, project_dir=tmp_path)
+    clock.now += 10.0  # loading the model
+    run._step_began = clock.now
+    clock.now += 28.0  # a quick step (its kernels judged before): alone it would promise 38 + 28 = 66 <= 90
+    assert "38 s of experiment.time_limit_s=90 used and a step takes up to 60 s" in run._pause_reason(6)
