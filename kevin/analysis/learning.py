@@ -37,9 +37,8 @@ from kevin.pipeline import step_totals
 
 __all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "StartGain",
            "TaskGain", "TurnTaskGain", "WindowGain", "floor_raises", "learning_rows", "mixed_share_at", "paired_gain",
-           "plot_learning",
-           "start_gain", "task_gain", "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain",
-           "turn_task_visits", "window_gain", "window_tasks"]
+           "plot_learning", "start_gain", "task_gain", "turn_followups", "turn_groups", "turn_step_rows",
+           "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
