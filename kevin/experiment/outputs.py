@@ -15,7 +15,7 @@ from kevin.analysis.tables import csv_text
 from kevin.experiment.files import write_json
 from kevin.records.jsonl import atomic_write_text
 
-__all__ = ["REPORT_FILE", "compare_runs", "load_report", "wide_curves", "write_report_files"]
+__all__ = ["REPORT_FILE", "compare_runs", "correct_shares_from_rollouts", "load_report", "wide_curves", "write_report_files"]
 
 REPORT_FILE = "report.json"
 
@@ -26,7 +26,30 @@ def load_report(run_dir: str | Path) -> RunReport:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: {run_dir} is not a finished evaluation run (finish it with "
                                 "kevin evaluate --resume)")
-    return RunReport.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    report = RunReport.from_dict(data)
+    if "task_correct_share" not in data:  # written before the field existed: read it from the turn records
+        report = dataclasses.replace(report, task_correct_share=correct_shares_from_rollouts(Path(run_dir)))
+    return report
+
+
+def correct_shares_from_rollouts(run_dir: Path) -> dict[str, float]:
+    """Each task's share of trajectories with a correct kernel, from an evaluation's turn records (``run.json``
+    names its rollouts). Empty when the run has no single independent rollout to read it from (a beam's shares are
+    those of its last state, which its turn files alone do not give) or its records are gone."""
+    from kevin.analysis.metrics import task_correct_shares
+    from kevin.analysis.outcomes import outcomes_from_turns
+    from kevin.records.rollout import load_turns
+
+    try:
+        plans = json.loads((run_dir / "run.json").read_text(encoding="utf-8")).get("rollouts", [])
+    except (OSError, ValueError):
+        return {}
+    if len(plans) != 1 or plans[0].get("select"):
+        return {}
+    files = sorted((run_dir / "rollouts" / str(plans[0]["name"])).glob("turn_*.jsonl"))
+    turns = [t for f in files for t in load_turns(f)]
+    return task_correct_shares(outcomes_from_turns(turns)) if turns else {}
 
 
 def _num(value: float | None) -> str:

@@ -4,6 +4,7 @@ the checkpoint a setting names, and the comparison of two reports on disk."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
@@ -36,6 +37,38 @@ def test_a_report_round_trips_through_json(tmp_path):
     assert load_report(tmp_path) == r
     with pytest.raises(FileNotFoundError, match="--resume"):
         load_report(tmp_path / "nothing")
+
+
+def test_an_older_report_gets_its_per_task_correct_shares_from_the_turn_records(tmp_path):
+    from kevin.records.evaluation import EvalResult, Status
+    from kevin.records.rollout import Turn, save_turns
+
+    def turn(task, traj, number, ok):
+        status = Status.CORRECT if ok else Status.INCORRECT
+        return Turn(task_id=task, trajectory=traj, turn=number,
+                    result=EvalResult(task_id=task, candidate_id="c", status=status, correct=ok, speedup=1.0, score=0.0))
+
+    older = report().to_dict()
+    del older["task_correct_share"]  # a report written before the field existed
+    (tmp_path / "report.json").write_text(json.dumps(older))
+    (tmp_path / "run.json").write_text(json.dumps({"rollouts": [{"name": "2x2", "trajectories": 2, "turns": 2,
+                                                                  "select": False}]}))
+    rollout = tmp_path / "rollouts" / "2x2"
+    rollout.mkdir(parents=True)
+    # Task a: trajectory 0 correct at turn 2, trajectory 1 never: 1/2. Task b: both correct in turn 1: 2/2.
+    save_turns(rollout / "turn_000.jsonl", [turn("a", 0, 0, False), turn("a", 1, 0, False),
+                                             turn("b", 0, 0, True), turn("b", 1, 0, True)])
+    save_turns(rollout / "turn_001.jsonl", [turn("a", 0, 1, True), turn("a", 1, 1, False),
+                                             turn("b", 0, 1, False), turn("b", 1, 1, False)])
+    read = load_report(tmp_path)
+    assert read.task_correct_share == {"a": 0.5, "b": 1.0}
+    assert dataclasses.replace(read, task_correct_share={}) == dataclasses.replace(report(), task_correct_share={})
+    # A beam's rollouts do not give its last state's shares: left empty rather than guessed.
+    (tmp_path / "run.json").write_text(json.dumps({"rollouts": [{"name": "2x2", "select": True}]}))
+    assert load_report(tmp_path).task_correct_share == {}
+    # A report that has the field is read as written, whatever the records say.
+    (tmp_path / "report.json").write_text(json.dumps({**older, "task_correct_share": {"a": 0.25}}))
+    assert load_report(tmp_path).task_correct_share == {"a": 0.25}
 
 
 def test_the_dvc_curves_have_one_x_column_and_a_column_per_metric():
