@@ -16,7 +16,7 @@ from kevin.tracking import STATUSES, markdown_table
 __all__ = ["PHASES", "ROLLOUT_PHASES", "phase_seconds", "rollout_wall", "print_results", "run_summary", "step_lines", "step_report_markdown", "task_rows", "turn_rows",
            "verdict_counts"]
 
-PHASES = ("sample", "generate", "parse", "evaluate", "aggregate", "update", "monitor", "checkpoint", "sync")
+PHASES = ("sample", "baselines", "generate", "parse", "evaluate", "aggregate", "update", "monitor", "checkpoint", "sync")
 """The phases of a step, in order; ``timings.json`` keys are ``<phase>``, ``<phase>/<turn>`` or ``<phase>/<turn>/<wave>``."""
 
 

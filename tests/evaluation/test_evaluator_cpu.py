@@ -199,6 +199,38 @@ def test_references_of_several_tasks_are_timed_in_one_request_to_the_judge(cache
     ev.close()
 
 
+def test_a_baseline_timed_slow_once_is_timed_again_before_a_correct_kernel_leans_on_it(fresh_cache, relu_task):
+    """A baseline timed beside other work (the policy generating on the same device) inflates every speedup of its
+    task. The first correct kernel of the task has it timed a second time, and is scored against the faster."""
+    import json
+
+    def evaluator(confirm):
+        return Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20,
+                                    cache_dir=str(fresh_cache), confirm_baselines=confirm))
+
+    solution = cpp_solution(RELU_BODY, name="t_slow_baseline")
+    without = evaluator(False)
+    key = without.baseline_key(relu_task)
+    slow = 1000.0 * without.measure_reference_ms(relu_task)
+    without.baselines.put(key, slow, {"measured": "beside other work"})
+    r = without.evaluate(relu_task, solution)
+    # What a run gets without the second timing: every speedup of the task 1000x too high.
+    assert r.status is Status.CORRECT and r.baseline_ms == slow, r.error
+    without.close()
+
+    ev = evaluator(True)  # the same cache file: the slow timing, not confirmed
+    r = ev.evaluate(relu_task, solution)
+    assert r.status is Status.CORRECT, r.error
+    assert r.baseline_ms < slow / 100 and r.speedup == pytest.approx(r.baseline_ms / r.runtime_ms)
+    assert r.score == pytest.approx(0.3 + r.speedup)
+    assert any("the second: scored against the faster" in w for w in r.warnings)
+    entry = json.loads((fresh_cache / "baselines.json").read_text())[key]
+    assert entry["confirmed"] is True and entry["ms"] == r.baseline_ms and entry["timings_ms"][0] == slow
+    again = ev.evaluate(relu_task, solution)
+    assert again.baseline_ms == r.baseline_ms and not any("second" in w for w in again.warnings)
+    ev.close()
+
+
 def test_a_broken_reference_is_named_and_does_not_hide_the_others(fresh_cache, relu_task):
     broken = replace(relu_task, task_id="level1/99_broken", name="99_broken", source=relu_task.source.replace("-> torch.Tensor:", "-> torch.Tensor:\n        raise ValueError('bad task')"))
     ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(fresh_cache)))

@@ -296,6 +296,8 @@ def test_waves_judge_one_wave_while_the_next_generates_and_change_nothing_else(u
     # wall time is shorter than its phases added up.
     spans = json.loads((step / "spans.json").read_text())
     assert spans["generate/0/1"][0] < spans["evaluate/0/0"][1]
+    # ... and the step's baselines were timed before any wave generated, on a quiet device.
+    assert spans["baselines"][1] <= spans["generate/0/0"][0]
     summary = json.loads((step / "summary.json").read_text())["seconds"]
     busy = sum(summary[p] for p in ("generate", "parse", "evaluate"))
     assert summary["rollout_wall"] < busy
