@@ -283,6 +283,12 @@ class Evaluator:
         """PyTorch eager time of the task (cached); raises RuntimeError when it cannot be timed."""
         return self.baselines.get_or_measure(self.baseline_key(task), lambda: self.measure_reference_ms(task, device))
 
+    def hold_device(self, device: str) -> threading.Lock:
+        """The device, held (as a context manager) for work that must not overlap a timing, such as the policy
+        generating on it: while held no candidate run and no baseline timing starts there, and taking it waits for
+        the one in progress (kevin/experiment/device_share.py)."""
+        return self._judge_lock(device)
+
     def _judge_lock(self, device: str) -> threading.Lock:
         with self._lock:
             return self._judge_locks.setdefault(device, threading.Lock())

@@ -51,6 +51,7 @@ import yaml
 from kevin.config import RunConfig
 from kevin.experiment.interfaces import close_all, takes_concurrent_batches
 from kevin.experiment.progress import Progress
+from kevin.experiment.device_share import generation_hold, time_baselines_first
 from kevin.experiment.files import CHECKPOINTS_DIR, existing_run, read_json, torch_threads, write_json
 from kevin.experiment.report import verdict_counts
 from kevin.experiment.run_tracking import RunTracking
@@ -292,23 +293,10 @@ class TrainingRun(RunTracking):
                 write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
             apply_response_limit(self.policy, self.trainer, self.config.response_tokens_at(step))
         self.progress.step_started(step, self.steps, batch)
-        self._time_baselines_while_quiet(step, batch)
+        if self.waves > 1:  # timed while nothing generates (kevin/experiment/device_share.py says why)
+            with self._timed(step, "baselines"):
+                time_baselines_first(self.evaluator, [self.tasks[t] for t in batch if t in self.tasks], self.waves)
         return path
-
-    def _time_baselines_while_quiet(self, step: int, task_ids: list[str]) -> None:
-        """Time the PyTorch baselines of the step's tasks that are not cached yet, now, while nothing generates.
-
-        With waves, a wave's first evaluation, which times its tasks' baselines, runs while the next wave generates
-        on the same device; a baseline timed beside that work comes out slow, and every later speedup of its task is
-        inflated for as long as the cache keeps it (seen on an H200: five baselines 2.3-2.8 ms slower than alone, a
-        softplus kernel scored 5.8x where its speed was 0.7x of PyTorch's). Between steps the device is quiet: the
-        update has finished and no wave has started. One wave never overlaps the two, and an evaluator of other
-        machines (the cluster) times its baselines there."""
-        prefetch = getattr(self.evaluator, "prefetch_baselines", None)
-        if self.waves == 1 or prefetch is None:
-            return
-        with self._timed(step, "baselines"):
-            prefetch([self.tasks[t] for t in task_ids if t in self.tasks])
 
     def live_trajectories(self, step: int) -> int:
         """Trajectories the step's next turn continues, over every wave (0: the rollout is over)."""
@@ -332,7 +320,8 @@ class TrainingRun(RunTracking):
         self.progress.phase(step, f"{self._label(turn, wave)}: generating {live} responses")
 
         def generate_and_keep_state(prompts: list[Any]) -> list[Any]:
-            outs = self.policy(prompts)
+            with generation_hold(self.evaluator, self.trainer.device, self.waves, self.config.policy.backend):
+                outs = self.policy(prompts)  # no kernel is timed on the device meanwhile (device_share.py)
             # Before the outputs are written: a generated turn always has the sampler state that follows it.
             self._save_policy_state(state_file)
             return outs

@@ -231,6 +231,28 @@ def test_a_baseline_timed_slow_once_is_timed_again_before_a_correct_kernel_leans
     ev.close()
 
 
+def test_a_held_device_starts_no_run_until_it_is_released(evaluator, relu_task):
+    """The policy generating on the device holds it (kevin/experiment/device_share.py): a candidate's run waits for
+    the release, so it is never timed beside that work."""
+    import threading
+    import time
+
+    source = cpp_solution(RELU_BODY, name="t_ok")
+    assert judge(evaluator, relu_task, source).status is Status.CORRECT  # built now: the next ones only run
+    began = time.monotonic()
+    assert judge(evaluator, relu_task, source).status is Status.CORRECT
+    alone = time.monotonic() - began
+    results = []
+    worker = threading.Thread(target=lambda: results.append(judge(evaluator, relu_task, source)))
+    with evaluator.hold_device("cpu"):
+        worker.start()
+        time.sleep(max(3.0, 2 * alone))  # twice what the whole evaluation took unheld
+        assert worker.is_alive() and not results  # unheld it would have finished by now: it waits for the device
+    worker.join(timeout=120)
+    (r,) = results
+    assert r.status is Status.CORRECT, r.error
+
+
 def test_a_broken_reference_is_named_and_does_not_hide_the_others(fresh_cache, relu_task):
     broken = replace(relu_task, task_id="level1/99_broken", name="99_broken", source=relu_task.source.replace("-> torch.Tensor:", "-> torch.Tensor:\n        raise ValueError('bad task')"))
     ev = Evaluator(EvalConfig(backend="cpu", timing_trials=10, warmup_trials=1, timeout_s=20, cache_dir=str(fresh_cache)))

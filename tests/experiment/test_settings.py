@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -269,34 +268,3 @@ def test_a_resumed_run_expects_its_recent_steps_not_only_its_first_quick_one(mon
     clock.now += 28.0  # a quick step (its kernels judged before): alone it would promise 38 + 28 = 66 <= 90
     assert "38 s of experiment.time_limit_s=90 used and a step takes up to 60 s" in run._pause_reason(6)
 
-
-def test_with_waves_the_steps_baselines_are_timed_before_anything_generates(tmp_path):
-    """A wave's evaluation runs beside the next wave's generation: the baselines it would time there come out slow
-    and inflate every later speedup of their tasks. So they are timed when the step's tasks are drawn."""
-    from kevin.experiment import run as run_module
-
-    class Recording:
-        def __init__(self):
-            self.asked = []
-
-        def prefetch_baselines(self, tasks, device=None, progress=None):
-            self.asked.append([t.task_id for t in tasks])
-
-    def training_run(waves, evaluator):
-        config = RunConfig.from_dict({"experiment": {"rollout_waves": waves, "output_dir": str(tmp_path / str(waves))},
-                                      "rollout": {"trajectories": 2}})
-        run = run_module.TrainingRun(config, project_dir=tmp_path)
-        run.tasks = {t: SimpleNamespace(task_id=t) for t in ("level1/01_relu", "level1/03_sigmoid", "level1/05_x")}
-        run.evaluator = evaluator
-        return run
-
-    two = Recording()
-    run = training_run(2, two)
-    run._time_baselines_while_quiet(3, ["level1/03_sigmoid", "level1/01_relu"])
-    assert two.asked == [["level1/03_sigmoid", "level1/01_relu"]]  # the step's tasks, no others
-    timings = json.loads((run._dir(3) / "timings.json").read_text())
-    assert set(timings) == {"baselines"}  # the step's report shows what it cost
-    one = Recording()
-    training_run(1, one)._time_baselines_while_quiet(0, ["level1/01_relu"])
-    assert one.asked == []  # one wave: generation and evaluation never overlap, a batch times its own
-    training_run(2, object())._time_baselines_while_quiet(0, ["level1/01_relu"])  # the cluster's evaluator: its machines
