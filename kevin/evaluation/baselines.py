@@ -120,13 +120,19 @@ class BaselineCache:
             for lock in locks:
                 lock.release()
 
+    def _confirmed_in_file(self, key: str) -> float | None:
+        """The value another evaluator confirmed for ``key`` (None when the file holds no confirmed one)."""
+        entry = self._load().get(key)
+        if isinstance(entry, dict) and entry.get("confirmed") and isinstance(entry.get("ms"), (int, float)):
+            return float(entry["ms"])
+        return None
+
     def confirmed(self, key: str) -> bool:
         """Whether ``key``'s baseline has been timed a second time (by this process, or one that wrote the file)."""
         with self._lock:
             if key in self._confirmed:
                 return True
-        entry = self._load().get(key)
-        return isinstance(entry, dict) and bool(entry.get("confirmed")) and isinstance(entry.get("ms"), (int, float))
+        return self._confirmed_in_file(key) is not None
 
     def confirm(self, key: str, measure: Callable[[], float]) -> float:
         """``key``'s baseline, timed a second time now (``measure``) unless that was done before: from then on the
@@ -137,9 +143,9 @@ class BaselineCache:
             known = self.get(key)
             if known is None:
                 raise KeyError(f"no baseline of {key} to confirm")
-            entry = self._load().get(key)
-            if isinstance(entry, dict) and entry.get("confirmed") and isinstance(entry.get("ms"), (int, float)):
-                best = min(known, float(entry["ms"]))  # confirmed elsewhere: never raised by what the file says
+            elsewhere = self._confirmed_in_file(key)
+            if elsewhere is not None:
+                best = min(known, elsewhere)  # confirmed by another evaluator: never raised by what the file says
                 with self._lock:
                     self._known[key] = best
                     self._confirmed.add(key)
