@@ -45,7 +45,7 @@ class EvalConfig(Settings):
     its own baseline. Rounds go over all tasks before the next starts, so a transient touches one round."""
 
     confirm_baselines: bool = True
-    """Time a task's baseline a second time, in a fresh judge after the run, when a correct kernel first leans on
+    """Time a task's baseline a second time, in the device's judge after the run, when a correct kernel first leans on
     it, and keep the faster of the two timings (for this and every later candidate of the task). The rounds above
     are back to back: work that lasts longer than both (the policy generating on the same GPU while a wave is
     judged) slowed five H200 baselines by 2.3-2.8 ms each, and a softplus kernel at about 0.6x of PyTorch's speed

@@ -116,9 +116,18 @@ def run_hostile_batch(tmp: Path, task, evaluator: Evaluator, c=cpp_solution, bod
         listener.join(timeout=2)
         server.close()
     baselines_after = json.loads((evaluator.cache_dir / "baselines.json").read_text())
-    kept = all(baselines_after.get(k) == v for k, v in baselines_before.items())
+    kept = all(_kept(v, baselines_after.get(k)) for k, v in baselines_before.items())
     return {"results": results, "sources": sources, "tmp": tmp, "accepted": accepted,
             "caches_unchanged": other_build.read_bytes() == build_before and kept}
+
+
+def _kept(before: dict, after: dict | None) -> bool:
+    """A baseline entry as it was, or as the evaluator's own second timing leaves it (EvalConfig.confirm_baselines):
+    confirmed, its first timing the value before, and never raised."""
+    if after == before:
+        return True
+    return (isinstance(after, dict) and after.get("confirmed") is True and after["ms"] <= before["ms"]
+            and after.get("timings_ms", [None])[0] == before["ms"])
 
 
 REACH_NEIGHBOURS = {"write_outside", "unbounded_alloc", "python_infinite_loop", "cpp_abort", "exit_early",
