@@ -191,9 +191,10 @@ def test_a_batch_judges_each_distinct_candidate_once_and_a_later_batch_none(conf
         assert sorted(r.candidate_id for r in seen) == [f"a{i}" for i in range(8)]  # every verdict reported once
         assert results[1].score == results[4].score == results[0].score > 0.3
         # How the first good kernel's time was established, by the real evaluator: scored at the larger of what its
-        # stamps vouch for and the evaluator's own clock; its repeats share the judgement, figures and all.
+        # stamps vouch for and the evaluator's own clock; its repeats share the judgement, figures and all. (The
+        # clock's figure is 0 when the machine's load spread the calibration more than the call: CI's 2 cores.)
         timing = results[0].timing
-        assert 0 < timing.reported_ms <= timing.vouched_ms and timing.clock_ms > 0 and timing.loops >= 1
+        assert 0 < timing.reported_ms <= timing.vouched_ms and timing.clock_ms >= 0 and timing.loops >= 1
         assert results[0].runtime_ms == max(timing.vouched_ms, timing.clock_ms)
         assert timing.min_ms <= timing.vouched_ms and timing.std_ms >= 0
         assert results[1].timing == results[4].timing == timing and results[2].timing == TimingFigures()
@@ -283,8 +284,12 @@ def _at_once(ev, first, second):
 
 def test_batches_at_once_judge_a_shared_candidate_once(config, relu_task, monkeypatch):
     """A rollout's waves are judged at once: the wave that finds a kernel being judged by the other waits for that
-    verdict (one measurement, one score for both copies) instead of judging it again."""
-    source = GOOD.replace("t_reuse_ok", "t_reuse_inflight")
+    verdict (one judgement for both copies) instead of judging it again.
+
+    The shared kernel computes the wrong thing and the other crashes: verdicts that no machine load can change. A
+    correct kernel's verdict can be one of the moment (a timing the load flagged), which the waiter judges again by
+    design (test_what_is_reused_and_what_is_judged_again), and a loaded CI machine made that happen here."""
+    source = WRONG.replace("t_reuse_wrong", "t_reuse_inflight")
     with Evaluator(config) as ev:
         waits, real_run, runs = _when_one_waits(ev, monkeypatch), ev.run_phase, []
 
@@ -294,13 +299,13 @@ def test_batches_at_once_judge_a_shared_candidate_once(config, relu_task, monkey
             return real_run(task, cand, *args, **kw)
 
         monkeypatch.setattr(ev, "run_phase", run_phase)
-        (a,), (b, wrong) = _at_once(ev, _items(relu_task, [source], "w0-"), _items(relu_task, [source, WRONG], "w1-"))
+        (a,), (b, crash) = _at_once(ev, _items(relu_task, [source], "w0-"), _items(relu_task, [source, CRASH], "w1-"))
         # The shared kernel ran once, in whichever batch claimed it first; the other batch ran only its new one.
         assert sorted(runs) in (["w0-0", "w1-1"], ["w1-0", "w1-1"])
-        assert (a.status, b.status) == (Status.CORRECT, Status.CORRECT) and a.reused != b.reused
+        assert (a.status, b.status) == (Status.INCORRECT, Status.INCORRECT) and a.reused != b.reused
         assert (a.candidate_id, b.candidate_id) == ("w0-0", "w1-0")
-        assert b.runtime_ms == a.runtime_ms and b.score == a.score
-        assert wrong.status is Status.INCORRECT and not wrong.reused
+        assert b.error == a.error and b.score == a.score == 0.0
+        assert crash.status is Status.RUNTIME_ERROR and not crash.reused
 
 
 def test_a_batch_that_fails_lets_the_waiting_batch_judge_its_own(config, relu_task, monkeypatch):
