@@ -45,7 +45,7 @@ from kevin.evaluation.rules import load_rules, static_hits
 from kevin.evaluation.runs import RunDriver, RunPlan, drive_compile
 from kevin.evaluation.sandbox import HarnessJob, child_env
 from kevin.evaluation.toolchain import BUILDER_VERSION, Toolchain
-from kevin.evaluation.verdict import Failure, RunFacts, assemble, score
+from kevin.evaluation.verdict import Failure, RunFacts, against_baseline, assemble, score
 from kevin.evaluation.verdict_memo import VerdictMemo, verdict_key
 from kevin.records.evaluation import Candidate, EvalResult, Fault, ProgressFn, Status
 from kevin.records.verdicts import parse_error_verdict, rule_violation_verdict
@@ -238,19 +238,23 @@ class Evaluator:
             # and PyTorch eager's timings should not depend on that history.
             judge = self._new_judge(device)
             try:
-                counted = [0]
-
-                rounds = self.config.baseline_rounds
-
-                def tick(message: dict[str, Any]) -> None:  # one message per task and round
-                    counted[0] += 1
-                    if progress and counted[0] % rounds == 0:
-                        progress(counted[0] // rounds, len(tasks))
-
-                answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
-                                       timeout=max(600.0, self.config.timeout_s * len(tasks) * rounds), on_progress=tick)
+                return self._reference_times(judge, tasks, progress)
             finally:
                 judge.close()
+
+    def _reference_times(self, judge: JudgeClient, tasks: list[Task],
+                         progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, float], str]:
+        """The reference times of ``tasks`` from ``judge`` (its device held by the caller), and a description of any
+        that failed."""
+        counted, rounds = [0], self.config.baseline_rounds
+
+        def tick(message: dict[str, Any]) -> None:  # one message per task and round
+            counted[0] += 1
+            if progress and counted[0] % rounds == 0:
+                progress(counted[0] // rounds, len(tasks))
+
+        answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
+                               timeout=max(600.0, self.config.timeout_s * len(tasks) * rounds), on_progress=tick)
         times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
         missing = [t.task_id for t in tasks if t.task_id not in times]
         if not missing:
@@ -431,9 +435,7 @@ class Evaluator:
         if confirmed < baseline and result.runtime_ms > 0:
             result.warnings.append(f"the task's baseline came out {baseline:.4f} ms the first time it was timed and "
                                    f"{confirmed:.4f} ms the second: scored against the faster")
-            result.baseline_ms = confirmed
-            result.speedup = confirmed / result.runtime_ms
-            result.flagged_speedup = result.speedup > self.config.speedup_flag_threshold
+            against_baseline(result, confirmed, self.config.speedup_flag_threshold)
         return confirmed
 
     def _time_again(self, task: Task, device: str) -> float:
@@ -442,13 +444,10 @@ class Evaluator:
         confirmation ignores (the first timing's fresh judge stays the one that sets a baseline). Raises
         RuntimeError (JudgeError) when it cannot be timed."""
         with self._judge_lock(device):
-            answer = self.judge(device).request({"t": "baselines", "tasks": [self._task_spec(task)]}, "baselines",
-                                                timeout=max(600.0, self.config.timeout_s * self.config.baseline_rounds))
-        ms = answer.get("ms", {}).get(task.task_id)
-        if ms is None:
-            raise RuntimeError(f"timing the reference of {task.task_id} again failed: "
-                               f"{answer.get('errors', {}).get(task.task_id) or 'no time'}")
-        return float(ms)
+            times, failure = self._reference_times(self.judge(device), [task])
+        if failure:
+            raise RuntimeError(failure)
+        return times[task.task_id]
 
     def _judged(self, task: Task, candidate: Candidate, compiled: Compiled, device: str, baseline: float,
                 started: Started | None = None) -> EvalResult:

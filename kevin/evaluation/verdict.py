@@ -237,10 +237,16 @@ def assemble(task_id: str, candidate_id: str, backend: str, facts: RunFacts, bas
     r.status, r.correct = Status.CORRECT, True
     r.runtime_ms, r.timing = facts.runtime_ms, facts.timing
     if baseline_ms:
-        r.baseline_ms = baseline_ms
-        r.speedup = baseline_ms / facts.runtime_ms
-        r.flagged_speedup = r.speedup > flag_threshold
+        against_baseline(r, baseline_ms, flag_threshold)
     return r
+
+
+def against_baseline(result: EvalResult, baseline_ms: float, flag_threshold: float) -> EvalResult:
+    """A correct ``result``'s speedup over ``baseline_ms``, flagged above ``flag_threshold`` (unscored: ``score``)."""
+    result.baseline_ms = baseline_ms
+    result.speedup = baseline_ms / result.runtime_ms
+    result.flagged_speedup = result.speedup > flag_threshold
+    return result
 
 
 def score(result: EvalResult) -> EvalResult:
