@@ -428,10 +428,7 @@ class Evaluator:
     def _confirmed_baseline(self, task: Task, device: str, baseline: float, result: EvalResult) -> float:
         """The task's baseline once timed a second time (``BaselineCache.confirm``; EvalConfig.confirm_baselines says
         why); a faster second timing rescores ``result`` against it, with a warning that says so."""
-        key = self.baseline_key(task)
-        if self.baselines.confirmed(key) and self.baselines.get(key) == baseline:
-            return baseline
-        confirmed = self.baselines.confirm(key, lambda: self._time_again(task, device))
+        confirmed = self.baselines.confirm(self.baseline_key(task), lambda: self._time_again(task, device))
         if confirmed < baseline and result.runtime_ms > 0:
             result.warnings.append(f"the task's baseline came out {baseline:.4f} ms the first time it was timed and "
                                    f"{confirmed:.4f} ms the second: scored against the faster")

@@ -24,13 +24,16 @@ from typing import Any, Sequence
 __all__ = ["device_name", "generation_hold", "time_baselines_first"]
 
 
-def time_baselines_first(evaluator: Any, tasks: Sequence[Any], waves: int) -> bool:
-    """Time the uncached baselines of ``tasks`` now, while nothing generates; False when not needed (one wave) or
-    the evaluator has no ``prefetch_baselines``."""
+def time_baselines_first(evaluator: Any, tasks: Sequence[Any], waves: int,
+                         span: AbstractContextManager | None = None) -> bool:
+    """Time the uncached baselines of ``tasks`` now, while nothing generates, inside ``span`` (the run's record of
+    the phase, entered only when there is work); False when not needed (one wave) or the evaluator has no
+    ``prefetch_baselines``."""
     prefetch = getattr(evaluator, "prefetch_baselines", None)
     if waves == 1 or prefetch is None:
         return False
-    prefetch(list(tasks))
+    with span or nullcontext():
+        prefetch(list(tasks))
     return True
 
 

@@ -293,9 +293,9 @@ class TrainingRun(RunTracking):
                 write_json(path, {"step": step, "tasks": batch, "epoch": self.sampler.epoch, "waves": self.waves})
             apply_response_limit(self.policy, self.trainer, self.config.response_tokens_at(step))
         self.progress.step_started(step, self.steps, batch)
-        if self.waves > 1:  # timed while nothing generates (kevin/experiment/device_share.py says why)
-            with self._timed(step, "baselines"):
-                time_baselines_first(self.evaluator, [self.tasks[t] for t in batch if t in self.tasks], self.waves)
+        # Timed while nothing generates (kevin/experiment/device_share.py says why).
+        time_baselines_first(self.evaluator, [self.tasks[t] for t in batch if t in self.tasks], self.waves,
+                             self._timed(step, "baselines"))
         return path
 
     def live_trajectories(self, step: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 import pytest
@@ -41,6 +42,17 @@ def test_with_waves_a_steps_baselines_are_timed_before_it_generates():
     assert not time_baselines_first(ev, tasks("level1/01_relu"), waves=1)  # one wave: a batch times its own
     assert not time_baselines_first(object(), tasks("level1/01_relu"), waves=2)  # the cluster's: on its machines
     assert ev.prefetched == [["level1/03_sigmoid", "level1/01_relu"]]
+    # The run's record of the phase is entered only around work done (no empty "baselines" entry with one wave).
+    entered = []
+
+    @contextmanager
+    def span():
+        entered.append(len(ev.prefetched))
+        yield
+        entered.append(len(ev.prefetched))
+
+    assert not time_baselines_first(ev, tasks("level1/01_relu"), waves=1, span=span()) and entered == []
+    assert time_baselines_first(ev, tasks("level1/01_relu"), waves=3, span=span()) and entered == [1, 2]
 
 
 def test_device_names_match_the_evaluators():
