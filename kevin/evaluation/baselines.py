@@ -2,8 +2,9 @@
 
 Candidates' speedups are measured against these numbers, so a key names everything that shapes a timing
 (task, size profile, hardware, torch version, timing protocol), and a value once known to this process is never
-replaced behind its back. Measuring is the evaluator's (it owns the judges); this module keeps the numbers and
-makes sure each one is measured by one thread at a time.
+replaced behind its back. Measuring is the evaluator's (it owns the judges and says which one times); this module
+reads a judge's answer (``reference_times``), keeps the numbers and makes sure each one is measured by one thread at
+a time.
 """
 
 from __future__ import annotations
@@ -47,6 +48,27 @@ def baseline_key(task: Task, config: EvalConfig, hardware: str) -> str:
     return "|".join([task.task_id, task.digest, c.resolved_profile, c.backend, hardware, torch_version,
                      f"w{c.warmup_trials}t{c.timing_trials}r{c.baseline_rounds}f{int(c.flush_l2)}"
                      f"tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
+
+
+def reference_times(judge: Any, specs: list[dict[str, str]], task_ids: list[str], rounds: int, timeout_s: float,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, float], str]:
+    """The reference times ``judge`` measures for the tasks of ``specs`` (``rounds`` each; ``progress(done, total)``
+    after each task), and a description of those that failed ("" when none)."""
+    counted = [0]
+
+    def tick(message: dict[str, Any]) -> None:  # one message per task and round
+        counted[0] += 1
+        if progress and counted[0] % rounds == 0:
+            progress(counted[0] // rounds, len(specs))
+
+    answer = judge.request({"t": "baselines", "tasks": specs}, "baselines", timeout=timeout_s, on_progress=tick)
+    times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
+    missing = [t for t in task_ids if t not in times]
+    if not missing:
+        return times, ""
+    errors = answer.get("errors", {})
+    detail = "; ".join(f"{k}: {errors.get(k) or 'no time'}" for k in missing[:3])
+    return times, f"timing the reference of {', '.join(missing)} failed: {detail}"
 
 
 class BaselineCache:
@@ -176,4 +198,4 @@ class BaselineCache:
             return ms
 
 
-__all__ = ["BaselineCache", "MeasureFn", "baseline_key"]
+__all__ = ["BaselineCache", "MeasureFn", "baseline_key", "reference_times"]

@@ -1,4 +1,5 @@
-"""Where batches of candidates come from: a folder of solution files, a JSONL file, or our references."""
+"""Where batches of candidates come from (a folder of solution files, a JSONL file, or our references), and whether a
+candidate's text is a solution at all."""
 
 from __future__ import annotations
 
@@ -51,3 +52,25 @@ def reference_candidates(tasks: list[Task], backend: str) -> list[tuple[Task, Ca
         if file.is_file():
             items.append((task, Candidate(task_id=task.task_id, source=file.read_text(), candidate_id=f"reference:{task.task_id}")))
     return items
+
+
+def _defines_class(source: str, name: str) -> bool:
+    import ast
+
+    return any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(ast.parse(source)))
+
+
+def solution_text_problem(source: str) -> str:
+    """Why a solution is not a Python file defining ModelNew ('' when it is), as a parse-error phrase."""
+    if not source.strip():
+        return "the solution is empty"
+    if "\x00" in source:
+        return "the solution is binary data, not Python"
+    try:
+        compile(source, "<solution>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        return f"not valid Python: {getattr(exc, 'msg', exc)}{where}"
+    if "ModelNew" not in source or not _defines_class(source, "ModelNew"):
+        return "no class ModelNew is defined"
+    return ""

@@ -32,8 +32,9 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from kevin.evaluation.baselines import BaselineCache, baseline_key as task_baseline_key
+from kevin.evaluation.baselines import BaselineCache, baseline_key as task_baseline_key, reference_times
 from kevin.evaluation.batch import Batch, CompileSlots, Started, compile_priority
+from kevin.evaluation.candidates import solution_text_problem
 from kevin.evaluation.builder import load_link_baseline, prepare_headers, prepare_link
 from kevin.evaluation.compile_cache import CompileCache, Compiled
 from kevin.evaluation.config import EvalConfig
@@ -181,18 +182,6 @@ class Evaluator:
         return JudgeClient({**self.config.to_dict(), "cache_dir": str(self.cache_dir)}, device, sandbox, env,
                            timeout_s=max(600.0, self.config.timeout_s))
 
-    def _layers(self) -> list[str]:
-        """The isolation layers asked for, in words (for messages about a process that died)."""
-        s = self.config.sandbox
-        layers = [name for name, value in (("network namespace", s.network != "off"), ("read-only mounts", s.mounts != "off"),
-                                           ("capabilities dropped", s.drop_capabilities), ("cgroup", s.cgroup != "off"))
-                  if value]
-        if s.filesystem != "off":
-            layers.append("Landlock")
-        if s.seccomp != "off":
-            layers.append("seccomp")
-        return layers
-
     # -- keys --------------------------------------------------------------------------------------
 
     def solution_key(self, source: str) -> str:
@@ -245,23 +234,10 @@ class Evaluator:
     def _reference_times(self, judge: JudgeClient, tasks: list[Task],
                          progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, float], str]:
         """The reference times of ``tasks`` from ``judge`` (its device held by the caller), and a description of any
-        that failed."""
-        counted, rounds = [0], self.config.baseline_rounds
-
-        def tick(message: dict[str, Any]) -> None:  # one message per task and round
-            counted[0] += 1
-            if progress and counted[0] % rounds == 0:
-                progress(counted[0] // rounds, len(tasks))
-
-        answer = judge.request({"t": "baselines", "tasks": [self._task_spec(t) for t in tasks]}, "baselines",
-                               timeout=max(600.0, self.config.timeout_s * len(tasks) * rounds), on_progress=tick)
-        times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
-        missing = [t.task_id for t in tasks if t.task_id not in times]
-        if not missing:
-            return times, ""
-        errors = answer.get("errors", {})
-        detail = "; ".join(f"{k}: {errors.get(k) or 'no time'}" for k in missing[:3])
-        return times, f"timing the reference of {', '.join(missing)} failed: {detail}"
+        that failed (``progress(done, total)`` after each task)."""
+        rounds = self.config.baseline_rounds
+        return reference_times(judge, [self._task_spec(t) for t in tasks], [t.task_id for t in tasks], rounds,
+                               max(600.0, self.config.timeout_s * len(tasks) * rounds), progress)
 
     def measure_references_ms(self, tasks: list[Task], device: str | None = None) -> dict[str, float]:
         """Time the PyTorch references of ``tasks`` now (no cache). Raises RuntimeError naming the tasks whose
@@ -351,7 +327,7 @@ class Evaluator:
                          backend=cfg.backend, read_only=[toolchain.pch_dir, *toolchain.include_dirs, *toolchain.lib_dirs],
                          cpu_seconds=int(3 * cfg.compile_timeout_s) + 60)
         try:
-            facts = drive_compile(job, cfg.compile_timeout_s, self._layers())
+            facts = drive_compile(job, cfg.compile_timeout_s, self.config.sandbox.layers())
             if facts.failure is not None:
                 return Compiled(failure=facts.failure, compile_s=facts.compile_s, warnings=facts.warnings)
             return self.compile_cache.adopt(job.staging, key, facts, self.rules, cfg.allowed_runtime_ops,
@@ -464,7 +440,7 @@ class Evaluator:
                 job.cancel()
                 return RunFacts(failure=Failure(Status.RUNTIME_ERROR, "the task could not be evaluated", f"task: {exc}",
                                                 fault=Fault.TASK))
-            driver = RunDriver(job, self.judge(device), plan, self._layers())
+            driver = RunDriver(job, self.judge(device), plan, self.config.sandbox.layers())
             try:
                 return driver.run()
             finally:
@@ -519,26 +495,4 @@ class Evaluator:
         return results
 
 
-def _defines_class(source: str, name: str) -> bool:
-    import ast
-
-    return any(isinstance(n, ast.ClassDef) and n.name == name for n in ast.walk(ast.parse(source)))
-
-
-def solution_text_problem(source: str) -> str:
-    """Why a solution is not a Python file defining ModelNew ('' when it is), as a parse-error phrase."""
-    if not source.strip():
-        return "the solution is empty"
-    if "\x00" in source:
-        return "the solution is binary data, not Python"
-    try:
-        compile(source, "<solution>", "exec", dont_inherit=True)
-    except (SyntaxError, ValueError) as exc:
-        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
-        return f"not valid Python: {getattr(exc, 'msg', exc)}{where}"
-    if "ModelNew" not in source or not _defines_class(source, "ModelNew"):
-        return "no class ModelNew is defined"
-    return ""
-
-
-__all__ = ["Evaluator", "solution_text_problem"]
+__all__ = ["Evaluator"]

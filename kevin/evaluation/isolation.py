@@ -106,6 +106,18 @@ class SandboxConfig:
             raise ValueError(f"unknown evaluation.sandbox settings: {unknown}; known: {sorted(known)}")
         return cls(**dict(data))
 
+    def layers(self) -> list[str]:
+        """The isolation layers asked for, in words (for messages about a process that died)."""
+        layers = [name for name, value in (("network namespace", self.network != "off"),
+                                           ("read-only mounts", self.mounts != "off"),
+                                           ("capabilities dropped", self.drop_capabilities), ("cgroup", self.cgroup != "off"))
+                  if value]
+        if self.filesystem != "off":
+            layers.append("Landlock")
+        if self.seccomp != "off":
+            layers.append("seccomp")
+        return layers
+
 
 # ------------------------------------------------------------------------------------ spec (parent)
 

@@ -86,6 +86,16 @@ def test_auto_is_on_for_both_backends():
         SandboxConfig(seccomp="yes")
 
 
+def test_the_layers_asked_for_are_named_in_words():
+    """What a message about a process that died lists: the layers the config asks for, never one switched off."""
+    assert SandboxConfig().layers() == ["network namespace", "read-only mounts", "capabilities dropped", "cgroup",
+                                        "Landlock", "seccomp"]
+    off = SandboxConfig(network="off", mounts="off", drop_capabilities=False, cgroup="off", filesystem="off",
+                        seccomp="off")
+    assert off.layers() == []
+    assert SandboxConfig(network="off", seccomp="off").layers() == ["read-only mounts", "capabilities dropped",
+                                                                     "cgroup", "Landlock"]
+
 
 def test_landlock_auto_is_on_for_both_backends():
     """The file-system allow-list is on by default on cuda too (the GPU suite and hostile suite passed under it
