@@ -163,6 +163,20 @@ class RunPlan:
     is enough."""
 
 
+@dataclass(frozen=True)
+class TimedLoop:
+    """One timed loop that agreed with the evaluator's clock: what the run scores if it is the fastest."""
+
+    scored_ms: float
+    """The median call as scored: the larger of the corroborated median and ``clock_ms``."""
+    vouched_ms: list[float]
+    """Each call's time as far as the evaluator's clock vouches for it (verdict.corroborated_ms)."""
+    reported_ms: list[float]
+    """Each call's time as the candidate's process reported it."""
+    clock_ms: float
+    """The median call by the evaluator's clock alone (verdict.clock_ms)."""
+
+
 class RunDriver:
     """Drives one run job to its end and collects its facts.
 
@@ -185,9 +199,7 @@ class RunDriver:
         self._phase = "ready"
         self._attempts = 0
         self._attached = False
-        self._best: tuple[float, list[float], list[float], float] | None = None
-        """(scored median, corroborated times, reported times, clock median) of the agreeing timed loop that scored
-        fastest."""
+        self._best: TimedLoop | None = None  # the agreeing timed loop that scored fastest
 
     def fail(self, failure: Failure) -> None:
         if self.facts.failure is None:
@@ -432,8 +444,8 @@ class RunDriver:
         # The evaluator's own figure is the floor: the allowances above cannot be spent on reporting calls short.
         clock = clock_ms(evidence, self.overhead)
         scored = max(statistics.median(vouched), clock)
-        if not problem and (self._best is None or scored < self._best[0]):
-            self._best = (scored, vouched, samples, clock)
+        if not problem and (self._best is None or scored < self._best.scored_ms):
+            self._best = TimedLoop(scored, vouched, samples, clock)
         slowed = statistics.median(vouched) - statistics.median(samples)
         if (problem or slowed > 0) and self._attempts < plan.timing_attempts - 1:
             # Not calibrated again here: the candidate's code is loaded by now, and a patch of the hand-over would
@@ -448,7 +460,8 @@ class RunDriver:
             return
         if self._best is not None:  # a loop that agreed is scored (a later one timed again may have disagreed)
             problem = ""
-            scored, vouched, samples, clock = self._best
+            best = self._best
+            scored, vouched, samples, clock = best.scored_ms, best.vouched_ms, best.reported_ms, best.clock_ms
         if not problem and KernelTarget.parse(plan.backend).is_gpu:
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:
