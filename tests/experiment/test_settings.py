@@ -231,6 +231,22 @@ def test_the_eighth_run_is_the_sixth_at_a_quarter_of_the_lr_in_groups_of_eight()
                                                                 ("rollout", "trajectories")}
 
 
+def test_the_eighths_second_leg_is_the_same_run_given_sixty_steps():
+    """Layered last, it resumes the eighth run in its own folder, pack and MLflow run: only the length changes, and
+    with a constant lr after a warmup long past, steps 31-60 train as steps 1-30 did."""
+    leg = "configs/h200_learn_eps.yaml configs/h200_learn_quarter.yaml configs/h200_learn_quarter_60.yaml"
+    names = _gpu_learn_names(leg)
+    assert {k: v for k, v in names.items() if k != "params"} == \
+        {k: v for k, v in _gpu_learn_names(None).items() if k != "params"}
+    assert names["params"].endswith("--params configs/h200_learn_quarter.yaml --params configs/h200_learn_quarter_60.yaml")
+    eighth = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_quarter.yaml"])
+    second = RunConfig.from_files(SIXTH + [REPO / "configs" / "h200_learn_quarter.yaml",
+                                           REPO / "configs" / "h200_learn_quarter_60.yaml"])
+    assert (eighth.experiment.steps, second.experiment.steps) == (30, 60)
+    assert (second.train.lr_schedule, second.train.warmup_steps, second.train.total_optimizer_steps) == ("constant", 4, 120)
+    assert _setting_differences(eighth, second) == {("experiment", "steps")}
+
+
 @pytest.mark.parametrize("learn, run, warm_start", [
     ("configs/h200_learn.yaml", "outputs/h200-learn", "outputs/h200-sft"),
     ("configs/h200_learn_rest.yaml", "outputs/h200-learn-rest", "outputs/h200-sft-turns"),

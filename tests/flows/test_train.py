@@ -250,6 +250,19 @@ def test_kill_9_and_resume_lose_no_judged_turn(uninterrupted, harness, model_dir
     assert run.info.status == "FINISHED" and run.data.tags["resumes"] == "1"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "reward/score_mean")] == [0, 1]
 
+    # A finished run given more steps goes on from its last checkpoint (a second leg of a learning run): the steps
+    # done stay as they were, the new one starts from step 1's weights, and MLflow's run gets the new step only.
+    done = {p: p.read_bytes() for p in (out / "steps").rglob("*.jsonl")}
+    longer = cli(*args, "--set", "experiment.steps=3", "--resume", harness_url=harness, cwd=tmp_path)
+    log = longer.communicate(timeout=900)[0]
+    assert longer.returncode == 0, log[-3000:]
+    assert "finished 3 of 3 steps" in log
+    assert all(path.read_bytes() == data for path, data in done.items())
+    assert json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())["optimizer_steps"] == 6
+    client, run = mlflow_run(tmp_path)
+    assert run.info.status == "FINISHED" and run.data.tags["resumes"] == "2"
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "reward/score_mean")] == [0, 1, 2]
+
 
 def test_waves_judge_one_wave_while_the_next_generates_and_change_nothing_else(uninterrupted, harness, model_dirs,
                                                                               split_file, cache_dir, tmp_path,
