@@ -230,3 +230,15 @@ def thread_count() -> int:
         import threading
 
         return threading.active_count()
+
+
+def child_process_count() -> int:
+    """Live child processes of this process (Linux /proc), compilers included while they run."""
+    count = 0
+    try:
+        for task in os.listdir(f"/proc/{os.getpid()}/task"):
+            with open(f"/proc/{os.getpid()}/task/{task}/children") as handle:
+                count += len(handle.read().split())
+    except OSError:
+        return 0
+    return count

@@ -41,10 +41,6 @@ from kevin.evaluation.protocol import BAD_START_EXIT, SETUP_FAILED_EXIT
 from kevin.evaluation.transfer import DTYPES, ipc_probe
 
 
-def transfer_dtype(name: str) -> Any:
-    return DTYPES[name]
-
-
 class Stop(Exception):
     """Ends the job early; the message saying why was sent already."""
 
@@ -61,18 +57,6 @@ def error_text(exc: BaseException) -> str:
     from kevin.records.evaluation import trim_error
 
     return trim_error("".join(traceback.format_exception_only(type(exc), exc)))
-
-
-def _child_process_count() -> int:
-    """Live child processes of this process (Linux /proc), compilers included while they run."""
-    count = 0
-    try:
-        for task in os.listdir(f"/proc/{os.getpid()}/task"):
-            with open(f"/proc/{os.getpid()}/task/{task}/children") as handle:
-                count += len(handle.read().split())
-    except OSError:
-        return 0
-    return count
 
 
 class Link:
@@ -218,7 +202,7 @@ class RunJob:
 
         from kevin.evaluation.timing import channel_calls
 
-        ready = [torch.zeros(y.shape, dtype=transfer_dtype(y.dtype), device=self.device) for y in self.layout.outputs]
+        ready = [torch.zeros(y.shape, dtype=DTYPES[y.dtype], device=self.device) for y in self.layout.outputs]
         n = int(self.job.get("calibration_calls", 30))
         self.link.send({"t": "calibrate", "trials": n})
         samples = channel_calls(lambda *args: ready, self.channel, self.device, 2, n, lambda i: self.mark("b", i),
@@ -249,7 +233,7 @@ class RunJob:
         from torch.utils import cpp_extension
 
         from kevin.evaluation.build_sources import RequestError
-        from kevin.evaluation.checks import IntegritySnapshot, thread_count
+        from kevin.evaluation.checks import IntegritySnapshot, child_process_count, thread_count
         from kevin.evaluation.inline_ext import InlineLoader, NotBuilt, RuleFailure
         from kevin.evaluation.rules import load_rules
         from kevin.evaluation.toolchain import Toolchain
@@ -258,7 +242,7 @@ class RunJob:
                                    load_rules(self.cfg.rules), Path(self.job["ext_dir"]))
         self.integrity = IntegritySnapshot([("task", self.task), ("task.Model", self.task.Model)])
         self.threads_before, self.python_threads_before = thread_count(), threading.active_count()
-        self.children_before = _child_process_count()
+        self.children_before = child_process_count()
         original = cpp_extension.load_inline
         cpp_extension.load_inline = self.loader.load_inline
         start = time.perf_counter()
@@ -305,12 +289,12 @@ class RunJob:
             self.link.violation("harness_tampering", f"tampering: {changed}")
 
     def check_tampering(self) -> None:
-        from kevin.evaluation.checks import busy_after_return_ms, thread_count
+        from kevin.evaluation.checks import busy_after_return_ms, child_process_count, thread_count
 
         changed = self.integrity.changed()
         if changed:
             self.link.violation("harness_tampering", f"tampering: {changed}")
-        if _child_process_count() > self.children_before:
+        if child_process_count() > self.children_before:
             self.link.violation("processes_spawned", "the candidate started processes")
         if threading.active_count() > self.python_threads_before:
             self.link.violation("threads_spawned", "the candidate started Python threads")
