@@ -34,8 +34,8 @@ from typing import Any, Callable, Iterable
 
 from kevin.evaluation.baselines import BaselineCache, baseline_key as task_baseline_key, reference_times
 from kevin.evaluation.batch import Batch, CompileSlots, Started, compile_priority
-from kevin.evaluation.candidates import solution_text_problem
 from kevin.evaluation.builder import load_link_baseline, prepare_headers, prepare_link
+from kevin.evaluation.candidates import solution_text_problem
 from kevin.evaluation.compile_cache import CompileCache, Compiled
 from kevin.evaluation.config import EvalConfig
 from kevin.evaluation.hardware import default_compile_workers, machine
