@@ -50,10 +50,11 @@ def baseline_key(task: Task, config: EvalConfig, hardware: str) -> str:
                      f"tf32{int(not c.disable_tf32)}t{c.cpu_threads}"])
 
 
-def reference_times(judge: Any, specs: list[dict[str, str]], task_ids: list[str], rounds: int, timeout_s: float,
+def reference_times(judge: Any, specs: list[dict[str, str]], rounds: int, timeout_s: float,
                     progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, float], str]:
-    """The reference times ``judge`` measures for the tasks of ``specs`` (``rounds`` each; ``progress(done, total)``
-    after each task), and a description of those that failed ("" when none)."""
+    """The reference times ``judge`` measures for the tasks of ``specs`` (each a task's ``task_id`` and rendered
+    source; ``rounds`` each; ``progress(done, total)`` after each task), and a description of those that failed
+    ("" when none)."""
     counted = [0]
 
     def tick(message: dict[str, Any]) -> None:  # one message per task and round
@@ -63,7 +64,7 @@ def reference_times(judge: Any, specs: list[dict[str, str]], task_ids: list[str]
 
     answer = judge.request({"t": "baselines", "tasks": specs}, "baselines", timeout=timeout_s, on_progress=tick)
     times = {str(k): float(v) for k, v in answer.get("ms", {}).items()}
-    missing = [t for t in task_ids if t not in times]
+    missing = [spec["task_id"] for spec in specs if spec["task_id"] not in times]
     if not missing:
         return times, ""
     errors = answer.get("errors", {})

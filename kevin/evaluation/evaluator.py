@@ -236,7 +236,7 @@ class Evaluator:
         """The reference times of ``tasks`` from ``judge`` (its device held by the caller), and a description of any
         that failed (``progress(done, total)`` after each task)."""
         rounds = self.config.baseline_rounds
-        return reference_times(judge, [self._task_spec(t) for t in tasks], [t.task_id for t in tasks], rounds,
+        return reference_times(judge, [self._task_spec(t) for t in tasks], rounds,
                                max(600.0, self.config.timeout_s * len(tasks) * rounds), progress)
 
     def measure_references_ms(self, tasks: list[Task], device: str | None = None) -> dict[str, float]:

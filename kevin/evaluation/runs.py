@@ -460,8 +460,8 @@ class RunDriver:
             return
         if self._best is not None:  # a loop that agreed is scored (a later one timed again may have disagreed)
             problem = ""
-            best = self._best
-            scored, vouched, samples, clock = best.scored_ms, best.vouched_ms, best.reported_ms, best.clock_ms
+            scored, vouched, samples, clock = (self._best.scored_ms, self._best.vouched_ms, self._best.reported_ms,
+                                               self._best.clock_ms)
         if not problem and KernelTarget.parse(plan.backend).is_gpu:
             problem = kernel_time_problem(self._kernel_ms, samples, plan.tolerance, plan.slack_ms)
         if problem:
