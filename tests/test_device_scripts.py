@@ -4,7 +4,9 @@ shared among device calls (scripts/device_carry.py)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -55,7 +57,6 @@ def _script(name: str):
 
 def test_answer_forks_counts_the_tokens_that_were_choices(tmp_path):
     """scripts/answer_forks.py: per answer, tokens, tokens sampled below p 0.9 and 0.5, and the answer's NLL."""
-    import json
     import math
 
     forks = _script("answer_forks")
@@ -72,7 +73,6 @@ def test_answer_forks_counts_the_tokens_that_were_choices(tmp_path):
 
 
 def test_sample_spread_reads_each_tasks_newest_first_turn_prompt(tmp_path):
-    import json
 
     spread = _script("sample_spread")
     for step, prompt in (("step_000000", [1, 2]), ("step_000004", [3, 4])):
@@ -90,7 +90,6 @@ def test_sample_spread_reads_each_tasks_newest_first_turn_prompt(tmp_path):
 def test_policy_drift_collects_each_distinct_correct_first_turn_answer(tmp_path, monkeypatch):
     """scripts/policy_drift.py: the probe set is every distinct first-turn answer judged correct, with the steps that
     drew each task and those whose update had it (a non-zero advantage)."""
-    import json
     import math
 
     monkeypatch.syspath_prepend(str(REPO / "scripts"))  # it imports its sibling answer_forks
@@ -137,3 +136,45 @@ def test_policy_drift_splits_a_change_by_the_steps_that_updated_each_task(monkey
     assert drift.split_by_update(changes, updated, -1, 3) == ([0.5, -1.0], [-2.0, 0.25])
     assert drift.split_by_update(changes, updated, 3, 7) == ([0.5, -2.0], [-1.0, 0.25])
     assert drift.mean_of([0.5, -2.0]) == "   -0.75 (2)" and drift.mean_of([]) == "       - (0)"
+
+
+def test_eval_gain_by_update_splits_the_tasks_by_whether_a_group_was_mixed(tmp_path):
+    """A task is trained when one of its groups (a step's kernels of one turn) held a correct kernel beside a failing
+    one; the evaluations' per-task correct shares are paired within each part."""
+    gains = _script("eval_gain_by_update")
+    run = tmp_path / "run"
+
+    def write_step(step: int, kernels: list[tuple[str, int, int, bool]]) -> None:
+        folder = run / "steps" / f"step_{step:06d}"
+        folder.mkdir(parents=True)
+        (folder / "kernels.jsonl").write_text("".join(
+            json.dumps({"task_id": t, "candidate_id": f"{t}#traj{i}#turn{j}", "correct": c}) + "\n"
+            for t, i, j, c in kernels))
+
+    # a: turn 0 mixed at step 0. b: each turn one-sided (turn 0 all fail, turn 1 all correct), so never mixed,
+    # although its step held both outcomes. c: all correct twice.
+    write_step(0, [("a", 0, 0, True), ("a", 1, 0, False), ("b", 0, 0, False), ("b", 1, 0, False),
+                   ("b", 0, 1, True), ("b", 1, 1, True)])
+    write_step(1, [("c", 0, 0, True), ("c", 1, 0, True), ("a", 0, 0, False), ("a", 1, 0, False)])
+    assert gains.trained_tasks(run) == {"a": 1, "b": 0, "c": 0}
+
+    def write_eval(name: str, shares: dict[str, float]) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({"task_correct_share": shares}))
+        return tmp_path / name
+
+    before = write_eval("start", {"a": 0.25, "b": 0.5, "c": 1.0, "d": 0.0})  # d: not in the second evaluation
+    after = write_eval("last", {"a": 0.75, "b": 0.25, "c": 0.75})
+    rows = {row["tasks"]: row for row in gains.gains(run, before, after)}
+    assert rows["trained"] == {"tasks": "trained", "n": 1, "first": 0.25, "last": 0.75, "gain": 0.5,
+                               "low": 0.5, "high": 0.5}
+    # not trained: b -0.25 and c -0.25, so every redraw's mean is -0.25
+    assert rows["not trained"]["n"] == 2 and rows["not trained"]["first"] == 0.75
+    assert rows["not trained"]["last"] == 0.5 and rows["not trained"]["low"] == rows["not trained"]["high"] == -0.25
+    assert rows["all"]["n"] == 3 and abs(rows["all"]["gain"] - (0.5 - 0.25 - 0.25) / 3) < 1e-12
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "report.json").write_text(json.dumps({"tasks": 3}))
+    with pytest.raises(SystemExit, match="no task_correct_share"):
+        gains.gains(run, tmp_path / "old", after)
+    with pytest.raises(SystemExit, match="no judged kernels"):
+        gains.gains(tmp_path / "start", before, after)
