@@ -73,7 +73,6 @@ def test_answer_forks_counts_the_tokens_that_were_choices(tmp_path):
 
 
 def test_sample_spread_reads_each_tasks_newest_first_turn_prompt(tmp_path):
-
     spread = _script("sample_spread")
     for step, prompt in (("step_000000", [1, 2]), ("step_000004", [3, 4])):
         folder = tmp_path / "steps" / step
