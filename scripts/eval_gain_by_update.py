@@ -4,11 +4,13 @@
         outputs/h200-sft-turns-both-eval-start-train-8x1 outputs/h200-learn-quarter-eval-last-train-8x1
 
 A task counts as trained when a step drew it and one of its groups (the task's kernels of one turn) held a correct
-kernel beside a failing one: only such a group has nonzero advantages, so only there did an update push the policy
-toward the task's correct kernels (a group with every kernel correct differs by timing alone). For the trained
-tasks, the untrained ones and all of them, it prints each task's share of correct tries in the first evaluation
-(`report.json`'s `task_correct_share`) and in the second, the mean gain, and a 90% bootstrap interval over the tasks
-(`kevin.analysis.learning.paired_gain`, the interval `kevin learning` uses). A gain on the trained tasks with a loss
+kernel beside a failing one: only such a group's advantages reward correctness, so only there did an update push the
+policy toward the task's correct kernels (an all-failing group's advantages are zero, an all-correct group's differ
+by timing alone). This is narrower than `policy_drift.correct_answers`' "updated" (any nonzero advantage, timing
+included), because the question here is about correct kernels. For the trained tasks, the untrained ones and all of
+them, it prints each task's share of correct tries in the first evaluation (`report.json`'s `task_correct_share`) and
+in the second, the mean gain, and a 90% bootstrap interval over the tasks (`kevin.analysis.learning.paired_gain`, the
+interval `kevin learning` uses). A gain on the trained tasks with a loss
 on the others is an update that learns its own tasks and spills onto the rest; no gain on either is an update too
 small to last.
 """
