@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import yaml
 
@@ -65,12 +65,17 @@ def read_params(path: str | Path | None) -> dict[str, Any]:
     return data
 
 
-def merge_params(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
-    """``top`` laid over ``base``, section by section (a later params file changes only the settings it names)."""
+def merge_params(base: Mapping[str, Any], top: Mapping[str, Any],
+                 sections: Collection[str] | None = SECTIONS) -> dict[str, Any]:
+    """``top`` laid over ``base``: a section (and everything within one, ``train.loss`` say) setting by setting, so
+    a later params file changes only the settings it names; a top-level value whole (``sections``: the keys merged
+    at this level, None for all). ``response_length_schedule`` is such a value, so ``{}`` in a later file clears the
+    base's raise. Merged entry by entry, ``{}`` changed nothing: the eighth learning run's second leg, layered over
+    params.yaml's ``{30: 22528}``, generated up to 22,528 tokens from step 30 on where its own file said 512."""
     out = copy.deepcopy(dict(base))
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = merge_params(out[key], value)
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict) and (sections is None or key in sections):
+            out[key] = merge_params(out[key], value, None)
         else:
             out[key] = copy.deepcopy(value)
     return out

@@ -111,6 +111,22 @@ def test_eval_config_from_params_reads_the_shared_backend(tmp_path):
     assert eval_config_from_params(None).backend == "cpu"
 
 
+def test_a_later_file_replaces_top_level_values_and_merges_sections(tmp_path):
+    base, top = tmp_path / "base.yaml", tmp_path / "top.yaml"
+    base.write_text("max_response_tokens: 512\nresponse_length_schedule: {30: 22528}\n"
+                    "train:\n  lr: 0.001\n  loss:\n    eps_low: 0.1\n    eps_high: 0.3\n")
+    top.write_text("response_length_schedule: {}\ntrain:\n  loss:\n    eps_high: 0.25\n")
+    run = RunConfig.from_files([base, top])
+    # {} clears the raise: merged entry by entry it kept {30: 22528}, and a 512-token run generated up to 22,528
+    # tokens from step 30 on.
+    assert run.response_length_schedule == {} and run.response_tokens_at(45) == 512
+    assert run.train.max_response_tokens == 512
+    # A section, and a section within it, change only where the later file names a setting.
+    assert (run.train.lr, run.train.loss.eps_low, run.train.loss.eps_high) == (0.001, 0.1, 0.25)
+    top.write_text("response_length_schedule: {40: 1024}\n")
+    assert RunConfig.from_files([base, top]).response_length_schedule == {40: 1024}  # replaced, not {30:, 40:}
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml") if p.name != "accelerate_zero3.yaml"))
 def test_every_bundled_config_loads_over_params_yaml(name):
     # The learning runs' configs are layered over configs/h200_learn.yaml as scripts/gpu_learn.sh layers them;
@@ -119,6 +135,8 @@ def test_every_bundled_config_loads_over_params_yaml(name):
     model = ["policy.model=/path/to/model"] if name == "gpu.yaml" else []
     run = RunConfig.from_files(layers + [REPO / "configs" / name], model)
     shown = yaml.safe_load((REPO / "configs" / name).read_text()) or {}
+    if "response_length_schedule" in shown:  # a top-level value: the file's, whatever params.yaml says
+        assert run.response_length_schedule == {int(k): v for k, v in shown["response_length_schedule"].items()}
     for section, values in shown.items():  # what the file says is what the run gets
         if isinstance(values, dict) and section in SECTIONS:
             got = run.params_dict()[section]
