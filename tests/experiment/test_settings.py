@@ -245,6 +245,9 @@ def test_the_eighths_second_leg_is_the_same_run_given_sixty_steps():
     assert (eighth.experiment.steps, second.experiment.steps) == (30, 60)
     assert (second.train.lr_schedule, second.train.warmup_steps, second.train.total_optimizer_steps) == ("constant", 4, 120)
     assert _setting_differences(eighth, second) == {("experiment", "steps")}
+    # The response limit too: params.yaml's raise at step 30 once survived h200_learn.yaml's {} (steps 31-42 ran
+    # with 22,528 tokens).
+    assert [second.response_tokens_at(s) for s in (0, 29, 30, 59)] == [512] * 4 and second.train.max_response_tokens == 512
 
 
 @pytest.mark.parametrize("learn, run, warm_start", [
