@@ -378,7 +378,7 @@ class TrainingRun(RunTracking):
             trajectories = self.trajectories(step)
             # The step's judged kernels in one small file: it travels (and reports per turn) where the rollout does not.
             write_jsonl(self._dir(step) / KERNELS_FILE, kernel_rows(trajectories))
-            samples = build_samples(trajectories, self.config.rewards, self.tokenizer)
+            samples = build_samples(trajectories, self.config.rewards, self.tokenizer, self.trainer.config.response_limit)
             # What each task taught goes to the sampler before the next step draws (a redone step records it again,
             # from the same files: the sampler ends where the uninterrupted run's did).
             for task_id, taught in taught_tasks(read_json(self._dir(step) / "batch.json")["tasks"], samples).items():

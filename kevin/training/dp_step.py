@@ -158,7 +158,7 @@ class DistributedStep:
         trajectories = self.rollout_all(batch, seconds, local := {"prompts": 0.0, "generated_tokens": 0.0,
                                                                   "judged": 0.0})
         with self._timed(seconds, "aggregate"):
-            samples = build_samples(trajectories, self.rewards, self.tokenizer)
+            samples = build_samples(trajectories, self.rewards, self.tokenizer, self.trainer.config.response_limit)
         with self._timed(seconds, "update"):
             metrics = grpo_update(self.trainer, samples)
         path = None

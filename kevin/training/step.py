@@ -11,6 +11,7 @@ Orchestration (Prefect flows, checkpoints every step, MLflow logging) wraps this
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence
@@ -30,12 +31,19 @@ if TYPE_CHECKING:
 __all__ = ["StepResult", "StepTrainer", "apply_response_limit", "build_samples", "check_policy", "rollout_metrics",
            "grpo_update", "save_samples", "train_step"]
 
+log = logging.getLogger(__name__)
+
 SAMPLES_FILE = "samples.jsonl"
 ROLLOUT_DIR = "rollout"
 
 
-def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int], list[float] | None]:
+def _token_ids(turn: Turn, tokenizer: Any | None,
+               max_tokens: int | None = None) -> tuple[list[int], list[int], list[float] | None]:
     """The turn's prompt / response token ids and log-probs, tokenizing the text where the backend gave no ids.
+
+    Text tokenized here can come out longer than what the server generated (its tokens decoded and encoded again
+    need not round-trip), so such a response is cut to ``max_tokens`` (the most the update accepts) with a warning:
+    otherwise a turn at the server's length limit could stop the run at its update.
 
     The prompt scored is the prompt sampled: the backend's own prompt ids when it returned them, else the
     locally rendered prompt text, which is what an in-process model or a completions endpoint sampled from.
@@ -58,13 +66,19 @@ def _token_ids(turn: Turn, tokenizer: Any | None) -> tuple[list[int], list[int],
         eos = tokenizer.eos_token_id
         if not turn.truncated and eos is not None:
             response.append(int(eos))  # the response ended by choice: train the model to stop there too
+        if max_tokens is not None and len(response) > max_tokens:
+            log.warning("%s traj %d turn %d: its text tokenizes to %d tokens, more than the %d the update accepts; "
+                        "scoring the first %d (a server that returns token ids avoids this: vLLM's return_token_ids)",
+                        turn.task_id, turn.trajectory, turn.turn, len(response), max_tokens, max_tokens)
+            response = response[:max_tokens]
         logprobs = None  # server log-probs would not line up with our own tokenization
     return prompt, response, logprobs
 
 
-def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
-                  tokenizer: Any | None = None) -> list[TrainingSample]:
-    """Every turn of every trajectory as a TrainingSample (trajectory order, then turn order).
+def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig, tokenizer: Any | None = None,
+                  max_tokens: int | None = None) -> list[TrainingSample]:
+    """Every turn of every trajectory as a TrainingSample (trajectory order, then turn order); ``max_tokens`` (the
+    trainer's ``config.response_limit``) bounds a response tokenized here from the backend's text.
 
     reward = the turn's return under ``reward_cfg`` (from the scores of its own trajectory, a cut-off answer's as
     ``rewards.truncation`` says);
@@ -86,7 +100,7 @@ def build_samples(trajectories: Sequence[Trajectory], reward_cfg: RewardConfig,
     adv = reward_cfg.advantages(torch.tensor(returns, dtype=torch.float64), groups).tolist()
     samples = []
     for turn, ret, a in zip(turns, returns, adv):
-        prompt, response, logprobs = _token_ids(turn, tokenizer)
+        prompt, response, logprobs = _token_ids(turn, tokenizer, max_tokens)
         sample = turn.training_sample(reward=float(ret), advantage=float(a))
         sample.prompt_token_ids, sample.completion_token_ids, sample.old_logprobs = prompt, response, logprobs
         samples.append(sample)
@@ -171,7 +185,7 @@ def train_step(tasks: Sequence[Any], policy: Generate, evaluate: Evaluate, rewar
     out = Path(out_dir) if out_dir is not None else None
     trajectories = rollout_fn(tasks, policy, evaluate, rollout_cfg, tokenizer=tokenizer,
                               out_dir=out / ROLLOUT_DIR if out is not None else None, resume=out is not None)
-    samples = build_samples(trajectories, reward_cfg, tokenizer)
+    samples = build_samples(trajectories, reward_cfg, tokenizer, trainer.config.response_limit)
     path = save_samples(out, samples) if out is not None else None
     metrics = grpo_update(trainer, samples)
     return StepResult(trajectories=trajectories, samples=samples, update_metrics=metrics,

@@ -121,6 +121,25 @@ def test_build_samples_tokenizes_text_when_the_backend_gave_no_ids():
         build_samples([Trajectory("a", 0, [t0])], RewardConfig())
 
 
+def test_text_tokenized_past_what_the_update_accepts_is_cut_to_it(caplog):
+    # A server's tokens decoded and encoded again need not round-trip: a turn at the server's limit can come back
+    # longer, and the update would refuse the step (a served run stopped so: 29 tokens against 16).
+    tok = tiny_tokenizer()
+    turn = Turn(task_id="a", trajectory=0, turn=0, prompt="<u>hi<a>", response="abcab", result=verdict(1.0))
+    full = tok.encode("abcab", add_special_tokens=False) + [tok.eos_token_id]
+    assert len(full) == 6
+    (kept,) = build_samples([Trajectory("a", 0, [turn])], RewardConfig(), tok, max_tokens=4)
+    assert kept.completion_token_ids == full[:4]
+    assert "tokenizes to 6 tokens, more than the 4 the update accepts" in caplog.text
+    (whole,) = build_samples([Trajectory("a", 0, [turn])], RewardConfig(), tok, max_tokens=6)
+    assert whole.completion_token_ids == full
+    # Token ids the server returned are the sample itself: never cut here (the update refuses them if too long).
+    served = Turn(task_id="a", trajectory=0, turn=0, prompt="p", response="abcab", result=verdict(1.0),
+                  prompt_token_ids=[5], response_token_ids=[7, 8, 9, 10, 11, 12])
+    (kept,) = build_samples([Trajectory("a", 0, [served])], RewardConfig(), tok, max_tokens=4)
+    assert kept.completion_token_ids == [7, 8, 9, 10, 11, 12]
+
+
 
 
 class Generator:
