@@ -21,25 +21,16 @@ import argparse
 import json
 from pathlib import Path
 
-from kevin.analysis.learning import paired_gain
+from kevin.analysis.learning import mixed_groups_by_task, paired_gain
+from kevin.pipeline import read_step_verdicts
 
 
 def trained_tasks(run: Path) -> dict[str, int]:
     """Each task a step of ``run`` drew, with the number of its groups (per step and turn) that held a correct kernel
-    beside a failing one; read from the steps' judged kernels (``steps/*/kernels.jsonl``)."""
-    mixed: dict[str, int] = {}
-    for path in sorted(run.glob("steps/step_*/kernels.jsonl")):
-        groups: dict[tuple[str, str], set[bool]] = {}
-        for line in path.read_text().splitlines():
-            if not line.strip():
-                continue
-            kernel = json.loads(line)
-            turn = kernel["candidate_id"].rsplit("#", 1)[-1]  # "<task>#traj<i>#turn<j>"
-            groups.setdefault((kernel["task_id"], turn), set()).add(bool(kernel["correct"]))
-        for (task, _), outcomes in groups.items():
-            mixed[task] = mixed.get(task, 0) + (len(outcomes) == 2)
+    beside a failing one (``kevin.analysis.learning.mixed_groups_by_task`` over the run's judged kernels)."""
+    mixed = mixed_groups_by_task(read_step_verdicts(run))
     if not mixed:
-        raise SystemExit(f"{run} holds no judged kernels (steps/step_*/kernels.jsonl): is it a training run's folder?")
+        raise SystemExit(f"{run} holds no judged kernels (steps/step_*/): is it a training run's folder?")
     return mixed
 
 

@@ -147,7 +147,8 @@ def test_eval_gain_by_update_splits_the_tasks_by_whether_a_group_was_mixed(tmp_p
         folder = run / "steps" / f"step_{step:06d}"
         folder.mkdir(parents=True)
         (folder / "kernels.jsonl").write_text("".join(
-            json.dumps({"task_id": t, "candidate_id": f"{t}#traj{i}#turn{j}", "correct": c}) + "\n"
+            json.dumps({"task_id": t, "candidate_id": f"{t}#traj{i}#turn{j}", "correct": c,
+                        "status": "correct" if c else "incorrect", "trajectory": i, "turn": j}) + "\n"
             for t, i, j, c in kernels))
 
     # a: turn 0 mixed at step 0. b: each turn one-sided (turn 0 all fail, turn 1 all correct), so never mixed,

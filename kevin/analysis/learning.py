@@ -36,9 +36,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "StartGain",
-           "TaskGain", "TurnTaskGain", "WindowGain", "floor_raises", "learning_rows", "mixed_share_at", "paired_gain",
-           "plot_learning", "start_gain", "task_gain", "turn_followups", "turn_groups", "turn_step_rows",
-           "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
+           "TaskGain", "TurnTaskGain", "WindowGain", "floor_raises", "group_kind", "learning_rows",
+           "mixed_groups_by_task", "mixed_share_at", "paired_gain", "plot_learning", "start_gain", "task_gain",
+           "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain",
+           "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -330,10 +331,26 @@ def turn_groups(verdicts: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, in
     for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
         counts = out[turn] = {"groups": 0, **dict.fromkeys(GROUP_KINDS, 0)}
         for group in _turn_kernels(verdicts, turn).values():
-            correct = [v["status"] == "correct" for v in group]
             counts["groups"] += 1
-            counts["all_correct" if all(correct) else "mixed" if any(correct) else "none_correct"] += 1
+            counts[group_kind(group)] += 1
     return out
+
+
+def group_kind(group: Sequence[Mapping[str, Any]]) -> str:
+    """Which of ``GROUP_KINDS`` one group's judged kernels fall in."""
+    correct = [v["status"] == "correct" for v in group]
+    return "all_correct" if all(correct) else "mixed" if any(correct) else "none_correct"
+
+
+def mixed_groups_by_task(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Each task the run drew, with how many of its groups (its kernels at one turn of one step) were ``mixed``:
+    the groups whose advantages reward correctness."""
+    verdicts = list(verdicts)
+    mixed: dict[str, int] = {}
+    for turn in sorted({int(v["turn"]) + 1 for v in verdicts}):
+        for (_, task), group in _turn_kernels(verdicts, turn).items():
+            mixed[task] = mixed.get(task, 0) + (group_kind(group) == "mixed")
+    return mixed
 
 
 def mixed_share_at(verdicts: Iterable[Mapping[str, Any]], turn: int, trajectories: int) -> float:
