@@ -76,8 +76,8 @@ def learning_cmd(
 ) -> None:
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
     a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
-    task by task, each train task's correct share and score at its last draw against its first (and, with --start,
-    against the model the run started from)."""
+    task by task, each train task's correct share and score at its last draw against its first, and at each draw
+    against its first (and, with --start, against the model the run started from)."""
     from kevin.analysis.learning import LEARNING_FIELDS, learning_rows, plot_learning, turn_step_rows
     from kevin.pipeline import read_step_summaries, read_step_verdicts, write_csv, write_json
 
@@ -96,6 +96,7 @@ def learning_cmd(
     gain = _window(summaries, rows, window)
     _say_rest(run_dir)
     paired = _task_gains(summaries)
+    by_draw = _draw_gains(summaries)
     per_turn = _turn_gains(verdicts, {int(r["step"]) for r in rows})
     groups = _say_groups(verdicts)
     followups = _say_followups(verdicts)
@@ -103,6 +104,7 @@ def learning_cmd(
     floor = _say_floor(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
+                                       "per_task_by_draw": by_draw,
                                        "per_task_turn": per_turn, "groups": groups, "followups": followups,
                                        "against_start": against, "floor": floor})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
@@ -174,6 +176,20 @@ def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         _say_paired(metric, paired[metric])
     return paired
+
+
+def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Each task's correct share at its k-th draw against its first, for every k the run reached (``draw_gains``):
+    said only where some task was drawn three times or more, since at two the last draw is the second."""
+    from kevin.analysis.learning import draw_gains
+
+    found = {metric: draw_gains(summaries, metric) for metric in ("correct_share", "score_mean")}
+    if len(found["correct_share"]) > 1:
+        for g in found["correct_share"]:
+            typer.echo(f"correct_share, the {g.tasks} tasks drawn {g.draw} times or more, first -> draw {g.draw}: "
+                       f"{g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
+                       f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
+    return {metric: [g.to_dict() for g in gains] for metric, gains in found.items()}
 
 
 def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:

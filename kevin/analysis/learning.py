@@ -11,10 +11,12 @@ which few steps happened to be in the windows.
 The steps draw different tasks, and tasks differ far more than one update moves a score, so the window means carry
 the task mix as noise. ``task_gain`` pairs instead: the task sampler draws every train task once an epoch, so a task
 drawn again was drawn later in training; each such task's figure at its last draw minus its first, averaged over
-those tasks, with a bootstrap over the tasks. ``turn_task_gain`` does the same for one turn's kernels, read from
-the judged kernels of the steps' rollouts: the first turn is what the warm start taught, the refinement turn is not,
-and an update can move one while the other stays put or falls. ``start_gain`` pairs each task's draw in the run
-with an evaluation of the model the run started from: within the first epoch, the only pairing there is.
+those tasks, with a bootstrap over the tasks; ``draw_gains`` does it at each draw (the second, the third, ...), a
+curve by epoch that says whether the gain grew with each epoch or was made once. ``turn_task_gain`` does what
+``task_gain`` does for one turn's kernels, read from the judged kernels of the steps' rollouts: the first turn is
+what the warm start taught, the refinement turn is not, and an update can move one while the other stays put or
+falls. ``start_gain`` pairs each task's draw in the run with an evaluation of the model the run started from:
+within the first epoch, the only pairing there is.
 
 Whether a run could learn at all is read from its groups (``turn_groups``: one task's kernels at one turn of a
 step): GRPO learns correctness only from a group that holds a correct kernel beside a failing one, and
@@ -35,11 +37,11 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from kevin.pipeline import step_totals
 
-__all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "Gain", "StartGain",
-           "TaskGain", "TurnTaskGain", "WindowGain", "floor_raises", "group_kind", "learning_rows",
-           "mixed_groups_by_task", "mixed_share_at", "paired_gain", "plot_learning", "start_gain", "task_gain",
-           "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain", "turn_task_visits", "window_gain",
-           "window_tasks"]
+__all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "DrawGain", "Gain",
+           "StartGain", "TaskGain", "TurnTaskGain", "WindowGain", "draw_gains", "floor_raises", "group_kind",
+           "learning_rows", "mixed_groups_by_task", "mixed_share_at", "paired_gain", "plot_learning", "start_gain",
+           "task_gain", "task_visits", "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain",
+           "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -195,6 +197,13 @@ def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_sha
     step order, each with its ``tasks`` rows), the mean over the tasks drawn at least twice, and a ``level``
     percentile-bootstrap interval from ``draws`` seeded redraws of those tasks. ValueError when no task was drawn
     twice with the figure known."""
+    first, last, low, high, tasks = paired_gain(task_visits(summaries, metric), level=level, draws=draws, seed=seed)
+    return TaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks)
+
+
+def task_visits(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_share") -> dict[str, list[float]]:
+    """Each task's ``metric`` at every step that drew it, in step order (``summaries`` in any order), the draws
+    whose figure is unknown left out. ValueError for a metric the summaries do not hold per task."""
     if metric not in ("correct_share", "score_mean"):
         raise ValueError(f"metric must be correct_share or score_mean, got {metric!r}")
     visits: dict[str, list[float]] = {}
@@ -203,8 +212,33 @@ def task_gain(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_sha
             value = _task_figure(row, metric)
             if value is not None:
                 visits.setdefault(str(row["task"]), []).append(value)
-    first, last, low, high, tasks = paired_gain(visits, level=level, draws=draws, seed=seed)
-    return TaskGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks)
+    return visits
+
+
+@dataclass(frozen=True)
+class DrawGain(TaskGain):
+    """``TaskGain`` at one draw: each task's figure at its ``draw``-th draw against its first, over the tasks drawn
+    at least ``draw`` times (``draw_gains``)."""
+
+    draw: int = 2
+    """Which draw of each task is compared with its first (2: the second)."""
+
+
+def draw_gains(summaries: Sequence[Mapping[str, Any]], metric: str = "correct_share", *, level: float = 0.9,
+               draws: int = 2000, seed: int = 0) -> list[DrawGain]:
+    """A learning curve by epoch that compares like with like: for every k from 2 to the most draws any task had,
+    each task's ``metric`` at its k-th draw minus its first, over the tasks drawn at least k times, with a
+    ``level`` percentile-bootstrap interval over those tasks. ``task_gain`` pairs the first draw with the last,
+    which for a run whose tasks were drawn a different number of times mixes draws; this says whether the gain grew
+    with each epoch or was made once and held. Empty when no task was drawn twice."""
+    visits = task_visits(summaries, metric)
+    most = max((len(v) for v in visits.values()), default=0)
+    found = []
+    for k in range(2, most + 1):
+        pairs = {task: [v[0], v[k - 1]] for task, v in visits.items() if len(v) >= k}
+        first, last, low, high, tasks = paired_gain(pairs, level=level, draws=draws, seed=seed)
+        found.append(DrawGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, draw=k))
+    return found
 
 
 TURN_METRICS = ("correct_share", "parse_error_share", "truncated_share", "score_mean")

@@ -88,6 +88,33 @@ def test_each_task_against_itself_at_its_first_and_last_draw():
         task_gain(summaries, "speed")
 
 
+def test_each_draw_against_the_first_over_the_tasks_drawn_that_often():
+    from kevin.analysis.learning import draw_gains, task_gain
+
+    # a: 1, 3, 3 of 4 correct; b: 2, 4 of 4; c: 0, 0, 1, 2 of 4; d drawn once.
+    summaries = [_drawn(0, ("a", 4, 1), ("b", 4, 2)), _drawn(1, ("c", 4, 0), ("d", 4, 4)),
+                 _drawn(2, ("a", 4, 3), ("c", 4, 0)), _drawn(3, ("b", 4, 4)), _drawn(4, ("a", 4, 3), ("c", 4, 1)),
+                 _drawn(5, ("c", 4, 2))]
+    second, third, fourth = draw_gains(summaries)
+    # Second draw, a b c: first (0.25 + 0.5 + 0) / 3 = 0.25, second (0.75 + 1 + 0) / 3 = 0.5833.
+    assert (second.draw, second.tasks, second.first) == (2, 3, pytest.approx(0.25))
+    assert second.last == pytest.approx(1.75 / 3)
+    # Third draw, a and c: first 0.125, third (0.75 + 0.25) / 2 = 0.5; gains 0.5 and 0.25, so every bootstrap mean
+    # lies in [0.25, 0.5].
+    assert (third.tasks, third.first, third.last) == (2, pytest.approx(0.125), pytest.approx(0.5))
+    assert 0.25 - 1e-12 <= third.low <= third.high <= 0.5 + 1e-12 and third.learned
+    # Fourth draw, c alone: 0 -> 0.5, the interval a point.
+    assert (fourth.tasks, fourth.gain, fourth.low, fourth.high) == (1, 0.5, 0.5, 0.5)
+    # task_gain pairs first with last, whatever the draw: a 0.25 -> 0.75, b 0.5 -> 1, c 0 -> 0.5.
+    assert task_gain(summaries).last == pytest.approx(0.75)
+    scores = draw_gains([_drawn(0, ("a", 4, 1, 0.2)), _drawn(1, ("a", 4, 2, 0.6))], "score_mean")
+    assert [(g.draw, g.first, g.last) for g in scores] == [(2, 0.2, 0.6)]
+    assert draw_gains([_drawn(0, ("a", 4, 1))]) == []
+    assert draw_gains(summaries, "score_mean") == []  # no score per task in these rows: nothing to pair
+    with pytest.raises(ValueError, match="metric must be"):
+        draw_gains(summaries, "speed")
+
+
 def _kernel(step, turn, task, status, score=0.0):
     return {"step": step, "turn": turn, "task_id": task, "status": status, "score": score}
 
@@ -227,6 +254,11 @@ def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     # task t drawn 4 times: correct 0 of 4 -> 3 of 4; score 0.0 -> 0.3.
     assert "correct_share, the same 1 tasks at their first and last draw: 0.0000 -> 0.7500: gain +0.7500" in result.output
     assert saved["per_task"]["score_mean"]["gain"] == pytest.approx(0.3)
+    # and draw by draw: 1, 2 and 3 of 4 correct at the second, third and fourth draw.
+    assert "correct_share, the 1 tasks drawn 3 times or more, first -> draw 3: 0.0000 -> 0.5000: gain +0.5000" \
+        in result.output
+    assert [(g["draw"], g["last"]) for g in saved["per_task_by_draw"]["correct_share"]] == [
+        (2, 0.25), (3, 0.5), (4, 0.75)]
     assert (run / "plots" / "learning.png").stat().st_size > 10_000
     assert saved["per_task_turn"] == {}  # no rollouts in this run folder: nothing per turn
     lines = (run / "plots" / "learning.csv").read_text().splitlines()
