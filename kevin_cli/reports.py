@@ -104,10 +104,12 @@ def learning_cmd(
     floor = _say_floor(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
-                                       "per_task_by_draw": by_draw,
+                                       "per_task_by_draw": {metric: [g.to_dict() for g in gains]
+                                                            for metric, gains in by_draw.items()},
                                        "per_task_turn": per_turn, "groups": groups, "followups": followups,
                                        "against_start": against, "floor": floor})
-    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain)
+    plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain,
+                         by_draw=by_draw["correct_share"])
     typer.echo(f"plot: {plot}")
 
 
@@ -178,7 +180,7 @@ def _task_gains(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return paired
 
 
-def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[Any]]:
     """Each task's correct share at its k-th draw against its first, for every k the run reached (``draw_gains``):
     said only where some task was drawn three times or more, since at two the last draw is the second."""
     from kevin.analysis.learning import draw_gains
@@ -189,7 +191,7 @@ def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[dict[str, Any
             typer.echo(f"correct_share, the {g.tasks} tasks drawn {g.draw} times or more, first -> draw {g.draw}: "
                        f"{g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
                        f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
-    return {metric: [g.to_dict() for g in gains] for metric, gains in found.items()}
+    return found
 
 
 def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:

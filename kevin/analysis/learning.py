@@ -406,10 +406,11 @@ def mixed_share_at(verdicts: Iterable[Mapping[str, Any]], turn: int, trajectorie
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
-                  gain: WindowGain | None = None) -> Path:
+                  gain: WindowGain | None = None, by_draw: Sequence[DrawGain] = ()) -> Path:
     """Panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``, the
     first and last windows' means drawn over their steps; where the rows carry them (``turn_step_rows`` merged in),
-    a third panel of each turn's share of answers cut off at the length limit and of parse errors. Saved as PNG."""
+    a panel of each turn's share of answers cut off at the length limit and of parse errors; with ``by_draw``
+    (``draw_gains``), a last panel of each draw's gain over the first with its interval, by draw. Saved as PNG."""
     from matplotlib.figure import Figure
 
     from kevin.monitor import whole_step_axis
@@ -417,8 +418,11 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     steps = [int(r["step"]) for r in rows]
     turns = sorted({int(k.rsplit("_", 1)[1]) for r in rows for k in r if k.startswith("score_mean_turn_")})
     answers = any(k.startswith(("truncated_share_turn_", "parse_error_share_turn_")) for r in rows for k in r)
-    fig = Figure(figsize=(15 if answers else 10, 4.2), layout="constrained")
-    axes = fig.subplots(1, 3 if answers else 2)
+    panels = 2 + answers + bool(by_draw)
+    fig = Figure(figsize=(5 * panels, 4.2), layout="constrained")
+    axes = list(fig.subplots(1, panels))
+    if by_draw:
+        _plot_draws(axes.pop(), by_draw)
     for ax, key, label in zip(axes, ("score_mean", "correct_share"), ("mean kernel score", "correct share")):
         ax.plot(steps, [r[key] for r in rows], "o-", color="black", label="all turns")
         for n in turns:
@@ -449,6 +453,24 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def _plot_draws(ax: Any, by_draw: Sequence[DrawGain]) -> None:
+    """Each draw's mean gain over the first draw with its bootstrap interval as an error bar, the tasks it pairs
+    written beside it: the curve by epoch, on the axis of draws rather than steps."""
+    draws = [g.draw for g in by_draw]
+    gains = [g.gain for g in by_draw]
+    ax.errorbar(draws, gains, yerr=[[g.gain - g.low for g in by_draw], [g.high - g.gain for g in by_draw]], fmt="o-",
+                color="tab:green", capsize=4, label=f"{by_draw[0].metric.replace('_', ' ')}, 90% interval")
+    for g in by_draw:
+        ax.annotate(f"{g.tasks} tasks", (g.draw, g.high), textcoords="offset points", xytext=(0, 4), ha="center",
+                    fontsize=7)
+    ax.axhline(0.0, color="grey", linewidth=1)
+    ax.set_xticks(draws)
+    ax.set_xlabel("draw of the task (its first is 1)")
+    ax.set_ylabel("gain over the task's first draw")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 FOLLOWUP_KINDS = ("after_failure", "repeated_after_failure", "fixed", "after_correct", "repeated_after_correct", "lost")

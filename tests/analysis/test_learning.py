@@ -4,6 +4,7 @@ its bootstrap interval (hand-computed), the plot, and `kevin learning` on a run 
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 
@@ -260,6 +261,8 @@ def test_kevin_learning_writes_the_table_the_plot_and_the_gain(tmp_path):
     assert [(g["draw"], g["last"]) for g in saved["per_task_by_draw"]["correct_share"]] == [
         (2, 0.25), (3, 0.5), (4, 0.75)]
     assert (run / "plots" / "learning.png").stat().st_size > 10_000
+    # Three panels of 5 inches at 110 dpi: score, correct share, and the by-draw gains (no rollouts: no answers panel).
+    assert struct.unpack(">II", (run / "plots" / "learning.png").read_bytes()[16:24]) == (1650, 462)
     assert saved["per_task_turn"] == {}  # no rollouts in this run folder: nothing per turn
     lines = (run / "plots" / "learning.csv").read_text().splitlines()
     assert lines[0].startswith("step,kernels,correct,correct_share,score_mean,") and len(lines) == 5
