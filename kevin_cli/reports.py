@@ -146,8 +146,8 @@ def _window(summaries: list[dict[str, Any]], rows: list[dict[str, Any]], window:
     except ValueError as exc:
         typer.echo(f"no comparison of first and last steps: {exc}")
         return None
-    typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: gain "
-               f"{gain.gain:+.4f}, 90% bootstrap interval [{gain.low:+.4f}, {gain.high:+.4f}]: {gain.verdict}")
+    typer.echo(f"mean score, first {window} steps {gain.first:.4f} -> last {window} {gain.last:.4f}: "
+               f"{_gain_text(gain)}")
     first, last, both = window_tasks(summaries, window)
     if both < max(first, last):
         typer.echo(f"  the windows drew different tasks (first {first}, last {last}, {both} in both): this gain "
@@ -189,8 +189,7 @@ def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[Any]]:
     if len(found["correct_share"]) > 1:
         for g in found["correct_share"]:
             typer.echo(f"correct_share, the {g.tasks} tasks drawn {g.draw} times or more, first -> draw {g.draw}: "
-                       f"{g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
-                       f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
+                       f"{g.first:.4f} -> {g.last:.4f}: {_gain_text(g)}")
     return found
 
 
@@ -216,8 +215,7 @@ def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
                 return found
             found[f"{metric}_{at}"] = g.to_dict()
             typer.echo(f"{metric}, first turn, the start ({start.name}) -> the run at each task's {at} draw, "
-                       f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: gain {g.gain:+.4f}, 90% bootstrap interval "
-                       f"[{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}")
+                       f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: {_gain_text(g)}")
     return found
 
 
@@ -234,7 +232,12 @@ def _say_floor(verdicts: list[dict[str, Any]]) -> dict[str, float] | None:
 
 def _say_paired(label: str, p: Any) -> None:
     typer.echo(f"{label}, the same {p.tasks} tasks at their first and last draw: {p.first:.4f} -> {p.last:.4f}: "
-               f"gain {p.gain:+.4f}, 90% bootstrap interval [{p.low:+.4f}, {p.high:+.4f}]: {p.verdict}")
+               f"{_gain_text(p)}")
+
+
+def _gain_text(g: Any) -> str:
+    """A ``Gain`` in the words every line of ``kevin learning`` uses: the gain, its interval, the verdict."""
+    return f"gain {g.gain:+.4f}, 90% bootstrap interval [{g.low:+.4f}, {g.high:+.4f}]: {g.verdict}"
 
 
 def _say_groups(verdicts: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
