@@ -107,6 +107,8 @@ def evaluate_cmd(
         typer.echo(Path(paths["tables/comparison.md"]).read_text(encoding="utf-8"))
         typer.echo("Task by task, on the tasks both runs evaluated:")
         typer.echo(Path(paths["tables/paired.md"]).read_text(encoding="utf-8"))
+        typer.echo("Tasks that moved:")
+        typer.echo(Path(paths["tables/moved.md"]).read_text(encoding="utf-8"))
         typer.echo(f"tables, curves and plots in {Path(paths['runs']).parent}")
         return
     files = params_files(params)

@@ -29,7 +29,9 @@
 # that would end past the call's time (CALL_S, default 590 s: give the call timeout_s 600; experiment.time_limit_s
 # does the pausing), then prints the learning figures (`kevin learning`); the log streams to $OUT/train.log, so a
 # call cut off still returns it, and a hung process is aborted with every thread's stack in that log. `eval`
-# evaluates the warm-started model and the newest checkpoint on the train and the eval split. `timing` judges our
+# evaluates the warm-started model and the newest checkpoint on the train and the eval split (WHICH, SIDES, BUDGET;
+# SET passes settings to `kevin evaluate`, TAG names a repeat's folder: TAG=seed1 SET="--set sampling.seed=1" draws
+# the tries again, for scripts/eval_gain_by_update.py's --also-before and --also-after). `timing` judges our
 # level-1 CUDA answers beside a busy GPU and a busy host (scripts/gpu_timing_contention.py). Every other device stage
 # returns the run folder, gzipped, in pieces of 15 MiB ($OUT/run.tar.part-*). `prepare RUN_BACK` (the folder they
 # landed in) adds them to the whole run kept here (.carry/full/outputs: every step's rollouts, for the record) and
@@ -253,6 +255,8 @@ case "$STAGE" in
     # checkpoint 35% and 40% on the train split where four gave 32% and 28% on average; 1x2 lets the second turn
     # answer the first's feedback).
     budget=${BUDGET:-4x1}; suffix=; [ "$budget" = 1x1 ] || suffix=-$budget
+    # a repeat of an evaluation at another seed gets a folder of its own
+    suffix=$suffix${TAG:+-$TAG}
     for which in ${WHICH:-start last}; do
       for side in ${SIDES:-train eval}; do
         # the warm start's evaluations are shared by the runs that start from it
@@ -267,7 +271,7 @@ case "$STAGE" in
         ckpt=$RUN/checkpoints; [ "$which" = start ] && ckpt=none
         timeout ${EVAL_S:-270} python3 -m kevin_cli evaluate $PARAMS --checkpoint "$ckpt" --resume \
           --set evaluate.name=$which-$side --set evaluate.output_dir=$dir --set evaluate.tasks=$side \
-          --set "analysis.budget_splits=[$budget]" --set "analysis.pass_ks=[1]" 2>&1 \
+          --set "analysis.budget_splits=[$budget]" --set "analysis.pass_ks=[1]" ${SET:-} 2>&1 \
           | grep --line-buffered -v '━' | tee "$OUT/eval-$which-$side$suffix.log" | tail -25
       done
     done

@@ -38,6 +38,56 @@ def test_the_pack_keeps_the_newest_checkpoint_and_the_rollouts_after_it():
     assert pack(paths, "") == paths  # no checkpoint yet: everything goes on
 
 
+def test_eval_gain_by_update_pools_repeated_evaluations(tmp_path, monkeypatch, capsys):
+    """Evaluations repeated at other sampling seeds pool their tries: each task's share is the mean over a side's
+    repeats, it is solved when any try was, and its correct tries are summed for the exact test."""
+    gains = _script("eval_gain_by_update")
+    run = tmp_path / "run"
+    (run / "steps" / "step_000000").mkdir(parents=True)
+    # a: mixed at step 0, so trained; b and c drawn with one outcome each, so not.
+    (run / "steps" / "step_000000" / "kernels.jsonl").write_text("".join(
+        json.dumps({"task_id": t, "candidate_id": f"{t}#traj{i}#turn0", "correct": c,
+                    "status": "correct" if c else "incorrect", "trajectory": i, "turn": 0}) + "\n"
+        for t, i, c in [("a", 0, True), ("a", 1, False), ("b", 0, False), ("b", 1, False), ("c", 0, True),
+                        ("c", 1, True)]))
+
+    def write_eval(name: str, shares: dict[str, float]) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({
+            "name": name, "trajectories": 2, "turns": 1, "tasks": len(shares), "fast_ps": [], "table_fast_ps": [],
+            "by_k": [], "by_turn": [], "splits": {}, "task_best_speedup": {}, "task_correct_share": shares}))
+        return tmp_path / name
+
+    before = [write_eval("start", {"a": 0.0, "b": 0.5, "c": 1.0}), write_eval("start1", {"a": 0.5, "b": 0.5, "c": 1.0})]
+    after = [write_eval("last", {"a": 1.0, "b": 0.0, "c": 1.0}), write_eval("last1", {"a": 1.0, "b": 0.5, "c": 0.5})]
+    # Pooled shares: before a 0.25, b 0.5, c 1.0; after a 1.0, b 0.25, c 0.75.
+    assert gains.pooled_shares(before) == {"a": 0.25, "b": 0.5, "c": 1.0}
+    rows = {row["tasks"]: row for row in gains.gains(run, before, after)}
+    assert rows["trained"] == {"tasks": "trained", "n": 1, "first": 0.25, "last": 1.0, "gain": 0.75,
+                               "low": 0.75, "high": 0.75}
+    assert (rows["not trained"]["first"], rows["not trained"]["last"]) == (0.75, 0.5)
+    assert rows["not trained"]["low"] == rows["not trained"]["high"] == -0.25
+    # Solved: every task has a correct try on both sides (a's first repeat had none, its second one of two).
+    solved = {row["tasks"]: row for row in gains.gains(run, before, after, figure="solved")}
+    assert (solved["all"]["first"], solved["all"]["last"], solved["all"]["gain"]) == (1.0, 1.0, 0.0)
+    assert gains.solved_shares(before[:1]) == {"a": 0.0, "b": 1.0, "c": 1.0}
+    # Summed counts: 2 tries a task in each of two repeats.
+    assert gains.pooled_counts(before) == {"a": (1, 4), "b": (2, 4), "c": (4, 4)}
+    assert gains.pooled_counts(after) == {"a": (4, 4), "b": (1, 4), "c": (3, 4)}
+    with pytest.raises(ValueError, match="figure must be"):
+        gains.gains(run, before, after, figure="best")
+    # The command line: a 1 of 4 -> 4 of 4 is p 8/56 = 0.14 (of 5 correct in 8, the splits 1 | 4 and 4 | 1 have
+    # chance 4/56 each), not beyond chance.
+    monkeypatch.setattr("sys.argv", ["eval_gain_by_update.py", str(run), str(before[0]), str(after[0]),
+                                     "--also-before", str(before[1]), "--also-after", str(after[1])])
+    gains.main()
+    out = capsys.readouterr().out
+    assert "| start + start1 | last + last1 |" in out
+    assert "| trained | 1 | 0.250 | 1.000 | +0.750 | [+0.750, +0.750] |" in out
+    assert "tasks solved:" in out and "| all | 3 | 1.000 | 1.000 | +0.000 |" in out
+    assert "moved beyond chance (Fisher's exact test, p < 0.05): 0" in out
+
+
 def test_files_are_shared_first_fit_largest_first():
     spec = importlib.util.spec_from_file_location("device_carry", REPO / "scripts" / "device_carry.py")
     carry = importlib.util.module_from_spec(spec)

@@ -157,6 +157,12 @@ class RunReport:
     """Per task, the share of its trajectories with a correct kernel after the headline's last turn (their mean
     over tasks is avg@k of ``correct``); empty in reports written before it was kept."""
 
+    def task_correct_counts(self) -> dict[str, tuple[int, int]]:
+        """Per task, (correct trajectories, trajectories) after the headline's last turn: the counts behind
+        ``task_correct_share``, for tests that need them (``kevin.analysis.moves``)."""
+        return {task: (round(share * self.trajectories), self.trajectories)
+                for task, share in self.task_correct_share.items()}
+
     @property
     def final(self) -> Metrics:
         """k = m after the last turn: what Table 1 shows."""

@@ -24,6 +24,7 @@ __all__ = [
     "comparison_markdown",
     "flat_metrics",
     "markdown_table",
+    "moved_markdown",
     "paired_markdown",
     "table1_csv",
     "table1_markdown",
@@ -281,6 +282,35 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
     if not rows:
         return f"No run shares a task with {base.name}: there is nothing to pair.\n"
     return markdown_table(header, rows)
+
+
+def moved_markdown(reports: Sequence[RunReport], baseline: str | None = None, *, alpha: float = 0.05) -> str:
+    """Each other run against the baseline, the tasks whose count of correct tries changed beyond chance
+    (``kevin.analysis.moves.task_moves``: Fisher's exact test, p < ``alpha``): the counts, the p-value, rose or
+    fell; then how many rose and fell of the tasks both evaluated, and how many unchanged tasks chance alone
+    would list. A tie of the means can hide a task learned and another forgotten; this shows them."""
+    from kevin.analysis.moves import task_moves
+
+    b = _baseline_index(reports, baseline)
+    base = reports[b]
+    lines = []
+    for i, run in enumerate(reports):
+        shared = set(base.task_correct_share) & set(run.task_correct_share)
+        if i == b or not shared:
+            continue
+        moves = task_moves(base.task_correct_counts(), run.task_correct_counts(), alpha)
+        rose = sum(m.rose for m in moves)
+        lines.append(f"{run.name} against {base.name}: {rose} of {len(shared)} tasks rose and {len(moves) - rose} "
+                     f"fell beyond chance (Fisher's exact test, p < {alpha:g}; chance alone lists at most about "
+                     f"{alpha * len(shared):.2g} of unchanged tasks).")
+        if moves:
+            lines.append(markdown_table(
+                ["task", f"{base.name} (baseline)", run.name, "p", "change"],
+                [[m.task, f"{m.before} of {m.before_tries}", f"{m.after} of {m.after_tries}", f"{m.p:.2g}",
+                  "rose" if m.rose else "fell"] for m in moves]).rstrip("\n"))
+    if not lines:
+        return f"No run shares a task's tries with {base.name}: there is nothing to test.\n"
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------- curves in long form (DVC)

@@ -77,6 +77,7 @@ def write_report_files(reports: Sequence[RunReport], out_dir: str | Path, baseli
         best_at_k_csv,
         comparison_csv,
         comparison_markdown,
+        moved_markdown,
         paired_markdown,
         table1_csv,
         table1_markdown,
@@ -95,6 +96,7 @@ def write_report_files(reports: Sequence[RunReport], out_dir: str | Path, baseli
         texts["tables/comparison.md"] = comparison_markdown(reports, baseline)
         texts["tables/comparison.csv"] = comparison_csv(reports, baseline)
         texts["tables/paired.md"] = paired_markdown(reports, baseline)
+        texts["tables/moved.md"] = moved_markdown(reports, baseline)
     else:
         texts.update({f"curves/{name}": text for name, text in wide_curves(reports[0]).items()})
     paths = {name: atomic_write_text(out / name, text) for name, text in texts.items()}

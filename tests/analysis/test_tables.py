@@ -12,6 +12,7 @@ from kevin.analysis.tables import (
     best_at_k_csv,
     comparison_csv,
     comparison_markdown,
+    moved_markdown,
     paired_markdown,
     flat_metrics,
     table1_csv,
@@ -204,3 +205,26 @@ def test_paired_pairs_each_task_with_itself():
     # Runs of other tasks (a train-split run beside an eval-split run) have nothing to pair.
     other = dataclasses.replace(CKPT, task_best_speedup={"E": 2.0})
     assert paired_markdown([base, other]) == "No run shares a task with base: there is nothing to pair.\n"
+
+
+def test_moved_lists_the_tasks_whose_correct_tries_changed_beyond_chance():
+    # Eight trajectories a task. A: 0 -> 8 of 8 and B: 8 -> 0 of 8, each p = 2 / C(16, 8) = 1.6e-4; C: 4 -> 5 of 8,
+    # the likeliest split (p 1); D and E are in one run only, so 3 tasks are tested and 0.05 x 3 = 0.15 of them
+    # would be listed by chance.
+    base = dataclasses.replace(BASE, trajectories=8, task_correct_share={"A": 0.0, "B": 1.0, "C": 0.5, "D": 0.0})
+    run = dataclasses.replace(CKPT, trajectories=8, task_correct_share={"A": 1.0, "B": 0.0, "C": 0.625, "E": 1.0})
+    assert base.task_correct_counts() == {"A": (0, 8), "B": (8, 8), "C": (4, 8), "D": (0, 8)}
+    assert moved_markdown([base, run]) == (
+        "ckpt against base: 1 of 3 tasks rose and 1 fell beyond chance (Fisher's exact test, p < 0.05; chance "
+        "alone lists at most about 0.15 of unchanged tasks).\n"
+        "| task | base (baseline) | ckpt   | p       | change |\n"
+        "|------|-----------------|--------|---------|--------|\n"
+        "| A    | 0 of 8          | 8 of 8 | 0.00016 | rose   |\n"
+        "| B    | 8 of 8          | 0 of 8 | 0.00016 | fell   |\n"
+    )
+    # The other way round, the same two tasks, directions swapped; at a stricter level neither is listed.
+    assert "| A    | 8 of 8 " in moved_markdown([base, run], baseline="ckpt")
+    assert moved_markdown([base, run], alpha=1e-4).startswith("ckpt against base: 0 of 3 tasks rose and 0 fell")
+    # Reports written before the shares were kept, or of other tasks, have nothing to test.
+    assert moved_markdown([dataclasses.replace(base, task_correct_share={}), run]) == (
+        "No run shares a task's tries with base: there is nothing to test.\n")

@@ -230,6 +230,10 @@ def test_an_interrupted_checkpoint_evaluation_resumes_without_generating_or_judg
                                                                    "tries correct (avg@k)"]
     assert all(line.split("|")[3].strip() == str(tasks) for line in paired[2:])
     assert "Task by task" in cli.output and "tasks solved" in cli.output
+    # Tasks that moved: every eval task of both runs tested, the sentence printed and kept.
+    moved = (root / "compare" / "tables" / "moved.md").read_text()
+    assert moved.startswith("ckpt against base: ") and f"of {tasks} tasks rose" in moved
+    assert "Tasks that moved:" in cli.output and moved.splitlines()[0] in cli.output
     for name in ("best_at_k.png", "turn_curves.png", "task_speedups.png"):
         assert (root / "compare" / "plots" / name).is_file()
 
