@@ -52,7 +52,8 @@ CALL_S=${CALL_S:-590}  # the device call's time: the stages plan their work insi
 # LEARN=configs/h200_learn_eps.yaml, the seventh (the sixth with the lr rising over its first 10 steps)
 # LEARN="configs/h200_learn_eps.yaml configs/h200_learn_warmup.yaml"; the default is the eighth, the sixth at a
 # quarter of the lr with groups of 8 over 2 tasks a step; its second leg (steps 31-60, the same run resumed) adds
-# configs/h200_learn_quarter_60.yaml last. The fourth to eighth share the fourth's warm start (the
+# configs/h200_learn_quarter_60.yaml last. The ninth (the eighth with 4 tasks a step, 30 steps) adds
+# configs/h200_learn_wide.yaml last instead. The fourth to ninth share the fourth's warm start (the
 # sixth's committed pack, runs/h200-learn-eps, holds it, and `prepare` takes it from there for a run that has no pack
 # yet).
 LEARN=${LEARN:-configs/h200_learn_eps.yaml configs/h200_learn_quarter.yaml}
