@@ -70,9 +70,12 @@ def learning_cmd(
     out: Optional[Path] = typer.Option(None, help="folder for learning.csv, learning.json and learning.png "
                                                   "(default: RUN_DIR/plots)"),
     window: int = typer.Option(5, help="steps in each of the first and the last window compared"),
-    start: Optional[Path] = typer.Option(None, help="a `kevin evaluate` folder of the model the run started from on "
-                                                    "its train split: each task's first-turn kernels at its first "
-                                                    "and its last draw are also compared with it"),
+    start: Optional[list[Path]] = typer.Option(None, help="a `kevin evaluate` folder of the model the run started "
+                                                          "from on its train split: each task's first-turn kernels "
+                                                          "at its first and its last draw, and every draw by windows "
+                                                          "of --start-window steps, are also compared with it; give "
+                                                          "it again for a repeat at another seed (pooled)"),
+    start_window: int = typer.Option(10, help="steps in each window compared with --start"),
 ) -> None:
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
     a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,
@@ -100,7 +103,7 @@ def learning_cmd(
     per_turn = _turn_gains(verdicts, {int(r["step"]) for r in rows})
     groups = _say_groups(verdicts)
     followups = _say_followups(verdicts)
-    against = _start_gains(start, verdicts) if start is not None else {}
+    against, windows = _start_gains(start, verdicts, start_window) if start else ({}, [])
     floor = _say_floor(verdicts)
     write_json(out / "learning.json", {"steps": len(rows), "gain": gain.to_dict() if gain else None,
                                        "per_task": {k: v.to_dict() for k, v in paired.items()},
@@ -109,7 +112,7 @@ def learning_cmd(
                                        "per_task_turn": per_turn, "groups": groups, "followups": followups,
                                        "against_start": against, "floor": floor})
     plot = plot_learning(rows, out / "learning.png", title=f"{run_dir.name}: {len(rows)} steps", gain=gain,
-                         by_draw=by_draw["correct_share"])
+                         by_draw=by_draw["correct_share"], against_start=windows)
     typer.echo(f"plot: {plot}")
 
 
@@ -193,15 +196,20 @@ def _draw_gains(summaries: list[dict[str, Any]]) -> dict[str, list[Any]]:
     return found
 
 
-def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each task's first-turn kernels at its first and last draw against the start's evaluation (``start_gain``)."""
-    from kevin.analysis.learning import start_gain, turn_task_visits
+def _start_gains(starts: list[Path], verdicts: list[dict[str, Any]], window: int) -> tuple[dict[str, Any], list[Any]]:
+    """Each task's first-turn kernels at its first and last draw against the start's evaluations, pooled
+    (``start_gain``), and every draw by windows of ``window`` steps (``start_windows``): the figures for
+    learning.json, and the windows for the plot."""
+    from kevin.analysis.learning import start_gain, start_windows, turn_task_visits
     from kevin.pipeline import read_eval_verdicts
 
-    try:
-        reference = read_eval_verdicts(start)
-    except ValueError as exc:
-        die(str(exc))
+    reference = []
+    for start in starts:
+        try:
+            reference.extend(read_eval_verdicts(start))
+        except ValueError as exc:
+            die(str(exc))
+    names = " + ".join(start.name for start in starts)
     # Before any task is drawn twice its last draw is its first: say it once.
     draws = ("first", "last") if any(len(v) > 1 for v in turn_task_visits(verdicts, 1, "correct_share").values()) \
         else ("first",)
@@ -211,12 +219,21 @@ def _start_gains(start: Path, verdicts: list[dict[str, Any]]) -> dict[str, Any]:
             try:
                 g = start_gain(reference, verdicts, metric, at)
             except ValueError as exc:
-                typer.echo(f"no comparison with {start}: {exc}")
-                return found
+                typer.echo(f"no comparison with {names}: {exc}")
+                return found, []
             found[f"{metric}_{at}"] = g.to_dict()
-            typer.echo(f"{metric}, first turn, the start ({start.name}) -> the run at each task's {at} draw, "
+            typer.echo(f"{metric}, first turn, the start ({names}) -> the run at each task's {at} draw, "
                        f"{g.tasks} tasks: {g.first:.4f} -> {g.last:.4f}: {_gain_text(g)}")
-    return found
+    try:
+        windows = start_windows(reference, verdicts, "correct_share", window)
+    except ValueError as exc:
+        die(str(exc))
+    found["correct_share_windows"] = [w.to_dict() for w in windows]
+    typer.echo(f"correct_share, first turn, every draw against the start on the same task, by {window} steps:")
+    for w in windows:
+        typer.echo(f"  steps {w.first_step}-{w.last_step}, {w.pairs} draws: {w.first:.4f} -> {w.last:.4f}: "
+                   f"{_gain_text(w)}")
+    return found, windows
 
 
 def _say_floor(verdicts: list[dict[str, Any]]) -> dict[str, float] | None:

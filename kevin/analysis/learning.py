@@ -16,7 +16,8 @@ curve by epoch that says whether the gain grew with each epoch or was made once.
 ``task_gain`` does for one turn's kernels, read from the judged kernels of the steps' rollouts: the first turn is
 what the warm start taught, the refinement turn is not, and an update can move one while the other stays put or
 falls. ``start_gain`` pairs each task's draw in the run with an evaluation of the model the run started from:
-within the first epoch, the only pairing there is.
+within the first epoch, the only pairing there is; ``start_windows`` does it for every draw, in windows of steps: a
+learning curve the task mix does not move.
 
 Whether a run could learn at all is read from its groups (``turn_groups``: one task's kernels at one turn of a
 step): GRPO learns correctness only from a group that holds a correct kernel beside a failing one, and
@@ -38,10 +39,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from kevin.pipeline import step_totals
 
 __all__ = ["FOLLOWUP_KINDS", "GROUP_KINDS", "LEARNING_FIELDS", "TURN_METRICS", "UPDATE_FIELDS", "DrawGain", "Gain",
-           "StartGain", "TaskGain", "TurnTaskGain", "WindowGain", "draw_gains", "floor_raises", "group_kind",
-           "learning_rows", "mixed_groups_by_task", "mixed_share_at", "paired_gain", "plot_learning", "start_gain",
-           "task_gain", "task_visits", "turn_followups", "turn_groups", "turn_step_rows", "turn_task_gain",
-           "turn_task_visits", "window_gain", "window_tasks"]
+           "StartGain", "StartWindow", "TaskGain", "TurnTaskGain", "WindowGain", "draw_gains", "floor_raises",
+           "group_kind", "learning_rows", "mixed_groups_by_task", "mixed_share_at", "paired_gain", "plot_learning",
+           "start_gain", "start_windows", "task_gain", "task_visits", "turn_followups", "turn_groups", "turn_step_rows",
+           "turn_task_gain", "turn_task_visits", "window_gain", "window_tasks"]
 
 LEARNING_FIELDS = ("step", "kernels", "correct", "correct_share", "score_mean")
 """Columns of every row of ``learning_rows``; per turn N (1-based) also ``score_mean_turn_N`` and
@@ -349,6 +350,52 @@ def start_gain(start_verdicts: Iterable[Mapping[str, Any]], verdicts: Iterable[M
     return StartGain(first=first, last=last, low=low, high=high, metric=metric, tasks=tasks, at=at)
 
 
+@dataclass(frozen=True)
+class StartWindow(Gain):
+    """The run's first-turn kernels in steps ``first_step``..``last_step`` (1-based) against the model the run
+    started from on the same tasks (``start_windows``): ``first`` is the start's mean over the window's draws (one
+    task in one step each), ``last`` the run's; the interval redraws the draws."""
+
+    metric: str = "correct_share"
+    first_step: int = 0
+    last_step: int = 0
+    pairs: int = 0
+    """Draws in the window of a task the start was evaluated on."""
+
+
+def start_windows(start_verdicts: Iterable[Mapping[str, Any]], verdicts: Iterable[Mapping[str, Any]],
+                  metric: str = "correct_share", window: int = 10, *, level: float = 0.9, draws: int = 2000,
+                  seed: int = 0) -> list[StartWindow]:
+    """A learning curve that the task mix does not move: for each run of ``window`` consecutive steps with judged
+    first-turn kernels, each draw's ``metric`` (a task's first-turn kernels in one step) paired with the start's on
+    that task (``start_verdicts``, as in ``start_gain``; several evaluations of the start pool their kernels), the
+    mean of both, and a ``level`` percentile-bootstrap interval of the mean difference over the window's draws.
+
+    A step's raw mean rises and falls with which tasks it drew, far more than an update moves it; against the start's
+    own figure for the same tasks, a window above zero is a policy that writes more correct kernels than it started
+    with, whatever it drew. ValueError when no draw is of a task the start was evaluated on."""
+    if window < 1:
+        raise ValueError(f"window must be at least 1 step, got {window}")
+    start = turn_task_visits([{**v, "step": 0, "turn": 0} for v in start_verdicts], 1, metric)
+    by_step: dict[int, dict[str, float]] = {}
+    for (step, task), group in sorted(_turn_kernels(verdicts, 1).items()):
+        value = _turn_figure(group, metric)
+        if value is not None and task in start:
+            by_step.setdefault(step, {})[task] = value
+    if not by_step:
+        raise ValueError(f"no task the run drew is among the evaluation's {len(start)}: was it evaluated on the "
+                         "run's split?")
+    steps = sorted(by_step)
+    found = []
+    for i in range(0, len(steps), window):
+        part = steps[i:i + window]
+        visits = {f"{task}@{step}": [start[task][0], value] for step in part for task, value in by_step[step].items()}
+        first, last, low, high, pairs = paired_gain(visits, level=level, draws=draws, seed=seed)
+        found.append(StartWindow(first=first, last=last, low=low, high=high, metric=metric, first_step=part[0] + 1,
+                                 last_step=part[-1] + 1, pairs=pairs))
+    return found
+
+
 GROUP_KINDS = ("none_correct", "mixed", "all_correct")
 """How one task's kernels at one turn of one step (its trajectories' answers) came out: none correct (an update can
 only push them down together, and not at all where they scored alike); correct beside failing ones (the groups an
@@ -406,11 +453,14 @@ def mixed_share_at(verdicts: Iterable[Mapping[str, Any]], turn: int, trajectorie
 
 
 def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title: str = "",
-                  gain: WindowGain | None = None, by_draw: Sequence[DrawGain] = ()) -> Path:
+                  gain: WindowGain | None = None, by_draw: Sequence[DrawGain] = (),
+                  against_start: Sequence[StartWindow] = ()) -> Path:
     """Panels over the steps: mean kernel score (the step's, and each turn's) and correct share; with ``gain``, the
     first and last windows' means drawn over their steps; where the rows carry them (``turn_step_rows`` merged in),
-    a panel of each turn's share of answers cut off at the length limit and of parse errors; with ``by_draw``
-    (``draw_gains``), a last panel of each draw's gain over the first with its interval, by draw. Saved as PNG."""
+    a panel of each turn's share of answers cut off at the length limit and of parse errors; with ``against_start``
+    (``start_windows``), a panel of each window's gain over the start on the same tasks with its interval; with
+    ``by_draw`` (``draw_gains``), a last panel of each draw's gain over the first with its interval, by draw. Saved
+    as PNG."""
     from matplotlib.figure import Figure
 
     from kevin.monitor import whole_step_axis
@@ -418,11 +468,13 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     steps = [int(r["step"]) for r in rows]
     turns = sorted({int(k.rsplit("_", 1)[1]) for r in rows for k in r if k.startswith("score_mean_turn_")})
     answers = any(k.startswith(("truncated_share_turn_", "parse_error_share_turn_")) for r in rows for k in r)
-    panels = 2 + answers + bool(by_draw)
+    panels = 2 + answers + bool(against_start) + bool(by_draw)
     fig = Figure(figsize=(5 * panels, 4.2), layout="constrained")
     axes = list(fig.subplots(1, panels))
     if by_draw:
         _plot_draws(axes.pop(), by_draw)
+    if against_start:
+        _plot_start_windows(axes.pop(), against_start)
     for ax, key, label in zip(axes, ("score_mean", "correct_share"), ("mean kernel score", "correct share")):
         ax.plot(steps, [r[key] for r in rows], "o-", color="black", label="all turns")
         for n in turns:
@@ -453,6 +505,25 @@ def plot_learning(rows: Sequence[Mapping[str, Any]], path: str | Path, *, title:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path
+
+
+def _plot_start_windows(ax: Any, windows: Sequence[StartWindow]) -> None:
+    """Each window's gain over the start on the same tasks at the middle of its steps, its bootstrap interval as an
+    error bar and its steps as the horizontal extent: the learning curve the task mix does not move."""
+    from kevin.monitor import whole_step_axis
+
+    middles = [(w.first_step + w.last_step) / 2 for w in windows]
+    ax.errorbar(middles, [w.gain for w in windows],
+                xerr=[[m - w.first_step for m, w in zip(middles, windows)],
+                      [w.last_step - m for m, w in zip(middles, windows)]],
+                yerr=[[w.gain - w.low for w in windows], [w.high - w.gain for w in windows]], fmt="o-",
+                color="tab:purple", capsize=4, label="first-turn correct share minus the start's, 90% interval")
+    ax.axhline(0.0, color="grey", linewidth=1)
+    ax.set_xlabel("training step")
+    whole_step_axis(ax.xaxis)
+    ax.set_ylabel("gain over the start, same tasks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
 
 
 def _plot_draws(ax: Any, by_draw: Sequence[DrawGain]) -> None:

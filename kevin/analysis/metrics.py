@@ -159,7 +159,7 @@ class RunReport:
 
     def task_correct_counts(self) -> dict[str, tuple[int, int]]:
         """Per task, (correct trajectories, trajectories) after the headline's last turn: the counts behind
-        ``task_correct_share``, for tests that need them (``kevin.analysis.moves``)."""
+        ``task_correct_share``, for the exact test of a task's change (``kevin.analysis.moves``)."""
         return {task: (round(share * self.trajectories), self.trajectories)
                 for task, share in self.task_correct_share.items()}
 

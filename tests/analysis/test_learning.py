@@ -184,6 +184,36 @@ def test_each_task_of_the_run_against_the_model_it_started_from():
         start_gain(start, run, at="middle")
 
 
+def test_every_draw_against_the_start_by_windows_of_steps():
+    from kevin.analysis.learning import start_windows
+
+    # The start: a correct 2 of 4, b 0 of 4. The run's first turns: a 2 of 2 at step 0, b 1 of 2 at step 1, a 0 of 2
+    # at step 2, c (not evaluated at the start) at step 3; second turns are not counted.
+    start = [{"task_id": "a", "status": s, "score": 0.0} for s in ("correct", "correct", "incorrect", "incorrect")]
+    start += [{"task_id": "b", "status": "incorrect", "score": 0.0}] * 4
+    run = [_kernel(0, 0, "a", "correct"), _kernel(0, 0, "a", "correct"), _kernel(0, 1, "a", "incorrect"),
+           _kernel(1, 0, "b", "correct"), _kernel(1, 0, "b", "incorrect"),
+           _kernel(2, 0, "a", "incorrect"), _kernel(2, 0, "a", "incorrect"), _kernel(3, 0, "c", "correct")]
+    first, second = start_windows(start, run, window=2)
+    # Steps 1-2: a 0.5 -> 1.0 and b 0.0 -> 0.5, both +0.5, so every redraw's mean is +0.5.
+    assert (first.first_step, first.last_step, first.pairs) == (1, 2, 2)
+    assert (first.first, first.last, first.low, first.high) == (0.25, 0.75, 0.5, 0.5)
+    assert first.verdict == "a rise above the noise" and first.metric == "correct_share"
+    # Step 3: a 0.5 -> 0.0; step 4 drew only c, which the start never saw, so no window holds it.
+    assert (second.first_step, second.last_step, second.pairs, second.gain) == (3, 3, 1, -0.5)
+    # One window of every step: the three draws' means, 1/3 -> 1/2.
+    (whole,) = start_windows(start, run, window=10)
+    assert (whole.first, whole.last, whole.pairs) == (pytest.approx(1 / 3), pytest.approx(0.5), 3)
+    # Two evaluations of the start pool their kernels: a 2 of 4 and 4 of 4 is 6 of 8.
+    again = [{"task_id": "a", "status": "correct", "score": 0.0}] * 4
+    assert start_windows(start + again, run, window=1)[0].first == 0.75
+    assert start_windows(start, run, "score_mean", window=1)[0].last == 0.0
+    with pytest.raises(ValueError, match="window must be at least 1 step"):
+        start_windows(start, run, window=0)
+    with pytest.raises(ValueError, match="no task the run drew is among the evaluation's 2"):
+        start_windows(start, run[-1:])
+
+
 def test_kevin_learning_compares_the_run_with_the_start_s_evaluation(tmp_path):
     from typer.testing import CliRunner
 
@@ -211,8 +241,32 @@ def test_kevin_learning_compares_the_run_with_the_start_s_evaluation(tmp_path):
     assert "last draw" not in result.output
     assert "the score's floor: 1 of 1 correct kernels judged here were scored slower than they reported, median " \
         "25.0%, at most 25.0%" in result.output
+    # Every draw against the start by windows of steps: one window of both steps, 0.25 -> 0.5.
+    assert "every draw against the start on the same task, by 10 steps:\n  steps 1-2, 2 draws: 0.2500 -> 0.5000: " \
+        "gain +0.2500" in result.output
     saved = json.loads((run / "plots" / "learning.json").read_text())["against_start"]
-    assert sorted(saved) == ["correct_share_first", "score_mean_first"] and saved["correct_share_first"]["tasks"] == 2
+    assert sorted(saved) == ["correct_share_first", "correct_share_windows", "score_mean_first"]
+    assert saved["correct_share_first"]["tasks"] == 2
+    assert [(w["first_step"], w["last_step"], w["pairs"]) for w in saved["correct_share_windows"]] == [(1, 2, 2)]
+    # A repeat of the start's evaluation pools with the first: b's 1 of 2 and 2 of 2 give 3 of 4 for b, so the start's
+    # mean is (0 + 0.75) / 2; with windows of one step each draw is a window of its own; the plot gains a panel.
+    repeat = tmp_path / "start-eval-seed1"
+    (repeat / "rollouts" / "4x1").mkdir(parents=True)
+    (repeat / "rollouts" / "4x1" / "verdicts_000.jsonl").write_text("".join(
+        json.dumps({"task_id": t, "status": s, "score": 0.0}) + "\n" for t, s in [("b", "correct"), ("b", "correct")]))
+    pooled = CliRunner().invoke(app, ["learning", str(run), "--window", "1", "--start", str(start), "--start",
+                                      str(repeat), "--start-window", "1"])
+    assert pooled.exit_code == 0, pooled.output
+    assert "the start (start-eval + start-eval-seed1) -> the run at each task's first draw, 2 tasks: 0.3750 -> " \
+        "0.5000" in pooled.output
+    assert "  steps 1-1, 1 draws: 0.0000 -> 1.0000" in pooled.output and "  steps 2-2, 1 draws: 0.7500 -> 0.0000" \
+        in pooled.output
+    import struct
+
+    # four panels of 550 pixels: score, correct share, the answers cut off or unparsed, and the windows against the start
+    assert struct.unpack(">II", (run / "plots" / "learning.png").read_bytes()[16:24])[0] == 2200
+    bad = CliRunner().invoke(app, ["learning", str(run), "--start", str(start), "--start-window", "0"])
+    assert bad.exit_code != 0 and "window must be at least 1 step" in bad.output
     missing = CliRunner().invoke(app, ["learning", str(run), "--start", str(tmp_path / "nothing")])
     assert missing.exit_code != 0 and "holds no judged kernel of turn 1" in missing.output
 
