@@ -84,15 +84,16 @@ def pooled_counts(evaluations: Sequence[Path]) -> dict[str, tuple[int, int]]:
     return {task: (sum(c[task][0] for c in counts), sum(c[task][1] for c in counts)) for task in tasks}
 
 
-def gains(run: Path, before: Path | Sequence[Path], after: Path | Sequence[Path], *,
-          figure: str = "tries") -> list[dict[str, object]]:
+def gains(run: Path, before: Path | Sequence[Path], after: Path | Sequence[Path], *, figure: str = "tries",
+          trained: dict[str, int] | None = None) -> list[dict[str, object]]:
     """One row each for the trained tasks, the untrained ones and all of them (those present in every evaluation).
     ``before`` and ``after`` are one evaluation's folder or several repeats of one; ``figure`` is "tries" (each
-    task's share of correct tries) or "solved" (whether any try was correct)."""
+    task's share of correct tries) or "solved" (whether any try was correct). ``trained``: ``trained_tasks(run)``
+    where the caller has it already (it reads every judged kernel of the run)."""
     per_task = {"tries": pooled_shares, "solved": solved_shares}.get(figure)
     if per_task is None:
         raise ValueError(f"figure must be 'tries' or 'solved', got {figure!r}")
-    mixed = trained_tasks(run)
+    mixed = trained_tasks(run) if trained is None else trained
     first, last = (per_task([side] if isinstance(side, Path) else list(side)) for side in (before, after))
     shared = sorted(set(first) & set(last))
     rows = []
@@ -118,19 +119,19 @@ def main() -> None:
                     help="a repeat of the second evaluation at another sampling seed, pooled with it")
     args = ap.parse_args()
     before, after = [args.before, *args.also_before], [args.after, *args.also_after]
+    mixed = trained_tasks(args.run)  # once: every judged kernel of the run
     for figure, title in (("tries", "tries correct"), ("solved", "tasks solved")):
         print(f"\n{title}:" if figure == "solved" else f"{title}:")
         print(f"| tasks | n | {' + '.join(p.name for p in before)} | {' + '.join(p.name for p in after)} | gain "
               "| 90% interval |")
         print("| --- | --- | --- | --- | --- | --- |")
-        for row in gains(args.run, before, after, figure=figure):
+        for row in gains(args.run, before, after, figure=figure, trained=mixed):
             if "gain" not in row:
                 print(f"| {row['tasks']} | 0 | | | | |")
                 continue
             print(f"| {row['tasks']} | {row['n']} | {row['first']:.3f} | {row['last']:.3f} | {row['gain']:+.3f} "
                   f"| [{row['low']:+.3f}, {row['high']:+.3f}] |")
     moves = task_moves(pooled_counts(before), pooled_counts(after))
-    mixed = trained_tasks(args.run)
     print(f"\ntasks whose correct tries moved beyond chance (Fisher's exact test, p < 0.05): {len(moves)}")
     if moves:
         print("| task | trained | before | after | p |")
@@ -138,6 +139,7 @@ def main() -> None:
         for m in moves:
             print(f"| {m.task} | {'yes' if mixed.get(m.task, 0) else 'no'} | {m.before} of {m.before_tries} "
                   f"| {m.after} of {m.after_tries} | {m.p:.2g} |")
+
 
 if __name__ == "__main__":
     main()
