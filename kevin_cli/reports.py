@@ -75,7 +75,7 @@ def learning_cmd(
                                                           "at its first and its last draw, and every draw by windows "
                                                           "of --start-window steps, are also compared with it; give "
                                                           "it again for a repeat at another seed (pooled)"),
-    start_window: int = typer.Option(10, help="steps in each window compared with --start"),
+    start_window: int = typer.Option(10, min=1, help="steps in each window compared with --start"),
 ) -> None:
     """Did the policy learn? Per step: mean kernel score and correct share, overall and per turn (a table, a CSV and
     a plot); the last WINDOW steps' mean score against the first WINDOW steps' with a 90% bootstrap interval; and,

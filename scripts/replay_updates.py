@@ -38,6 +38,12 @@ def task_probabilities(answers: dict[str, list[dict]], model, tokenizer, tempera
     return probe_log_p(by_task(answers, lps))
 
 
+def trained_any(metrics: list[dict[str, float]]) -> bool:
+    """Whether an update moved the weights. With no sequence trained no parameter has a gradient, and AdamW
+    leaves a parameter without one untouched (no momentum or weight decay either)."""
+    return any(m.get("trained_sequences", 0.0) > 0 and not m.get("skipped", 0.0) for m in metrics)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir", type=Path, help="a training run's folder (outputs/<experiment.name>)")
@@ -77,8 +83,11 @@ def main() -> None:
         trainer.model.train()
         metrics = trainer.update(samples)
         trainer.model.eval()
-        with torch.no_grad():
-            log_p = task_probabilities(answers, trainer.model, tokenizer, cfg.temperature)
+        if trained_any(metrics):
+            with torch.no_grad():
+                log_p = task_probabilities(answers, trainer.model, tokenizer, cfg.temperature)
+        else:  # the weights did not move: rescoring every answer would take minutes to repeat the last figures
+            log_p = history[-1]["log_p"]
         history.append({"step": step + 1, "log_p": log_p, "update": metrics, "seconds": time.monotonic() - began})
         kl = max((m.get("approx_kl", 0.0) for m in metrics), default=0.0)
         moved = {t: log_p[t] - history[0]["log_p"][t] for t in log_p}

@@ -187,6 +187,17 @@ def test_policy_drift_splits_a_change_by_the_steps_that_updated_each_task(monkey
     assert drift.mean_of([0.5, -2.0]) == "   -0.75 (2)" and drift.mean_of([]) == "       - (0)"
 
 
+def test_replay_rescores_only_after_an_update_that_moved_the_weights(monkeypatch):
+    """replay_updates.py skips its minutes-long rescoring after a step whose optimiser steps trained no sequence
+    or were skipped for a non-finite gradient: the weights are those it scored last."""
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    replay = _script("replay_updates")
+    assert not replay.trained_any([])
+    assert not replay.trained_any([{"trained_sequences": 0.0, "skipped": 0.0}])
+    assert not replay.trained_any([{"trained_sequences": 3.0, "skipped": 1.0}])
+    assert replay.trained_any([{"trained_sequences": 0.0, "skipped": 0.0}, {"trained_sequences": 2.0, "skipped": 0.0}])
+
+
 def test_eval_gain_by_update_splits_the_tasks_by_whether_a_group_was_mixed(tmp_path):
     """A task is trained when one of its groups (a step's kernels of one turn) held a correct kernel beside a failing
     one; the evaluations' per-task correct shares are paired within each part."""
