@@ -4,8 +4,9 @@ A GPU step is mostly rollout and judging; its update is a few seconds. So a ques
 KL anchor, a smaller step, another optimiser setting have kept the kernels the fifth run forgot?) can be asked here:
 build the run's starting policy (warm start merged, the RL adapter seeded as the run seeded it), feed it the run's
 recorded batches (`steps/step_*/samples.jsonl`: prompts, answers, advantages, the log-probs they were sampled with) in
-order, one `GRPOTrainer.update` each, and after every step score the run's known-correct first-turn answers
-(`policy_drift.correct_answers`) as `policy_drift.py` does: the probability that one sample is one of them, per task.
+order, one `GRPOTrainer.update` each, and after every step that trained a sequence score the run's known-correct
+first-turn answers (`policy_drift.correct_answers`) as `policy_drift.py` does: the probability that one sample is one
+of them, per task (a step that trained none leaves the weights, and so the figures, as they were).
 With the run's own settings the replay retraces the run (the first step exactly: its batch was sampled by the warm
 start; later ones off the replayed policy, as far as it has moved from the run's); with `--set` overrides it shows
 what the same data would have done under them.
