@@ -12,7 +12,9 @@ by timing alone). This is narrower than `policy_drift.correct_answers`' "updated
 included), because the question here is about correct kernels. For the trained tasks, the untrained ones and all of
 them, it prints each task's share of correct tries in the first evaluation (`report.json`'s `task_correct_share`) and
 in the second, the mean gain, and a 90% bootstrap interval over the tasks (`kevin.analysis.learning.paired_gain`, the
-interval `kevin learning` uses), then the same for the share of tasks solved (some try correct), then the tasks whose
+interval `kevin learning` uses), then the same for the share of tasks solved (some try correct); beside each, the
+interval with each task's tries redrawn too (`kevin.analysis.moves.count_gain` on its pooled counts: the try-to-try
+noise that a task-only redraw leaves out), then the tasks whose
 count of correct tries changed beyond chance (`kevin.analysis.moves`). An evaluation repeated at another sampling
 seed (`--also-before`, `--also-after`, once per repeat) pools its tries with the first: a task's share is the mean
 over that side's evaluations (each holds the same tries a task), it is solved when any of them holds a correct try,
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from kevin.analysis.learning import mixed_groups_by_task, paired_gain
 from kevin.analysis.metrics import RunReport
-from kevin.analysis.moves import task_moves
+from kevin.analysis.moves import count_gain, task_moves
 from kevin.pipeline import read_step_verdicts
 
 
@@ -94,7 +96,9 @@ def gains(run: Path, before: Path | Sequence[Path], after: Path | Sequence[Path]
     if per_task is None:
         raise ValueError(f"figure must be 'tries' or 'solved', got {figure!r}")
     mixed = trained_tasks(run) if trained is None else trained
-    first, last = (per_task([side] if isinstance(side, Path) else list(side)) for side in (before, after))
+    sides = [[side] if isinstance(side, Path) else list(side) for side in (before, after)]
+    first, last = (per_task(side) for side in sides)
+    counts_first, counts_last = (pooled_counts(side) for side in sides)
     shared = sorted(set(first) & set(last))
     rows = []
     for name, tasks in (("trained", [t for t in shared if mixed.get(t, 0) > 0]),
@@ -104,6 +108,10 @@ def gains(run: Path, before: Path | Sequence[Path], after: Path | Sequence[Path]
         if tasks:
             mean_first, mean_last, low, high, _ = paired_gain({t: [first[t], last[t]] for t in tasks})
             row.update(first=mean_first, last=mean_last, gain=mean_last - mean_first, low=low, high=high)
+            # The interval above redraws the tasks; this one their tries too (each task's pooled count).
+            _, _, low, high = count_gain({t: counts_first[t] for t in tasks}, {t: counts_last[t] for t in tasks},
+                                         "share" if figure == "tries" else "solved")
+            row.update(redrawn_low=low, redrawn_high=high)
         rows.append(row)
     return rows
 
@@ -123,14 +131,15 @@ def main() -> None:
     for figure, title in (("tries", "tries correct"), ("solved", "tasks solved")):
         print(f"\n{title}:" if figure == "solved" else f"{title}:")
         print(f"| tasks | n | {' + '.join(p.name for p in before)} | {' + '.join(p.name for p in after)} | gain "
-              "| 90% interval |")
-        print("| --- | --- | --- | --- | --- | --- |")
+              "| 90% interval | 90% interval, tries redrawn |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         for row in gains(args.run, before, after, figure=figure, trained=mixed):
             if "gain" not in row:
-                print(f"| {row['tasks']} | 0 | | | | |")
+                print(f"| {row['tasks']} | 0 | | | | | |")
                 continue
             print(f"| {row['tasks']} | {row['n']} | {row['first']:.3f} | {row['last']:.3f} | {row['gain']:+.3f} "
-                  f"| [{row['low']:+.3f}, {row['high']:+.3f}] |")
+                  f"| [{row['low']:+.3f}, {row['high']:+.3f}] "
+                  f"| [{row['redrawn_low']:+.3f}, {row['redrawn_high']:+.3f}] |")
     moves = task_moves(pooled_counts(before), pooled_counts(after))
     print(f"\ntasks whose correct tries moved beyond chance (Fisher's exact test, p < 0.05): {len(moves)}")
     if moves:

@@ -63,8 +63,13 @@ def test_eval_gain_by_update_pools_repeated_evaluations(tmp_path, monkeypatch, c
     # Pooled shares: before a 0.25, b 0.5, c 1.0; after a 1.0, b 0.25, c 0.75.
     assert gains.pooled_shares(before) == {"a": 0.25, "b": 0.5, "c": 1.0}
     rows = {row["tasks"]: row for row in gains.gains(run, before, after)}
-    assert rows["trained"] == {"tasks": "trained", "n": 1, "first": 0.25, "last": 1.0, "gain": 0.75,
-                               "low": 0.75, "high": 0.75}
+    trained = rows["trained"]
+    assert {k: v for k, v in trained.items() if not k.startswith("redrawn")} == {
+        "tasks": "trained", "n": 1, "first": 0.25, "last": 1.0, "gain": 0.75, "low": 0.75, "high": 0.75}
+    # With its tries redrawn, a's 1 of 4 before is a binomial draw of 4 at 1/4 (4 of 4 after stays 4 of 4): the gain
+    # is 1 - X/4, 1.0 with chance (3/4)^4 = 0.32 (so the 95% end is 1.0) and 0.25 or less with chance 0.05 (so the
+    # 5% end is 0.25 or the next value up, 0.5).
+    assert trained["redrawn_high"] == 1.0 and trained["redrawn_low"] in (0.25, 0.5)
     assert (rows["not trained"]["first"], rows["not trained"]["last"]) == (0.75, 0.5)
     assert rows["not trained"]["low"] == rows["not trained"]["high"] == -0.25
     # Solved: every task has a correct try on both sides (a's first repeat had none, its second one of two).
@@ -83,7 +88,7 @@ def test_eval_gain_by_update_pools_repeated_evaluations(tmp_path, monkeypatch, c
     gains.main()
     out = capsys.readouterr().out
     assert "| start + start1 | last + last1 |" in out
-    assert "| trained | 1 | 0.250 | 1.000 | +0.750 | [+0.750, +0.750] |" in out
+    assert "| trained | 1 | 0.250 | 1.000 | +0.750 | [+0.750, +0.750] | [" in out
     assert "tasks solved:" in out and "| all | 3 | 1.000 | 1.000 | +0.000 |" in out
     assert "moved beyond chance (Fisher's exact test, p < 0.05): 0" in out
 
@@ -221,14 +226,16 @@ def test_eval_gain_by_update_splits_the_tasks_by_whether_a_group_was_mixed(tmp_p
 
     def write_eval(name: str, shares: dict[str, float]) -> Path:
         (tmp_path / name).mkdir()
-        (tmp_path / name / "report.json").write_text(json.dumps({"task_correct_share": shares}))
+        (tmp_path / name / "report.json").write_text(json.dumps({
+            "name": name, "trajectories": 4, "turns": 1, "tasks": len(shares), "fast_ps": [], "table_fast_ps": [],
+            "by_k": [], "by_turn": [], "splits": {}, "task_best_speedup": {}, "task_correct_share": shares}))
         return tmp_path / name
 
     before = write_eval("start", {"a": 0.25, "b": 0.5, "c": 1.0, "d": 0.0})  # d: not in the second evaluation
     after = write_eval("last", {"a": 0.75, "b": 0.25, "c": 0.75})
     rows = {row["tasks"]: row for row in gains.gains(run, before, after)}
-    assert rows["trained"] == {"tasks": "trained", "n": 1, "first": 0.25, "last": 0.75, "gain": 0.5,
-                               "low": 0.5, "high": 0.5}
+    assert {k: v for k, v in rows["trained"].items() if not k.startswith("redrawn")} == {
+        "tasks": "trained", "n": 1, "first": 0.25, "last": 0.75, "gain": 0.5, "low": 0.5, "high": 0.5}
     # not trained: b -0.25 and c -0.25, so every redraw's mean is -0.25
     assert rows["not trained"]["n"] == 2 and rows["not trained"]["first"] == 0.75
     assert rows["not trained"]["last"] == 0.5 and rows["not trained"]["low"] == rows["not trained"]["high"] == -0.25

@@ -250,8 +250,11 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
 
     The comparison's rows are means over tasks that differ far more than two checkpoints do; pairing each task with
     itself removes that spread, and the interval says whether a gain of a few tasks is more than which tasks happened
-    to be drawn. With one try per task it still carries the sampling noise of that one try."""
+    to be drawn. With one try per task it still carries the sampling noise of that one try. Where both reports keep
+    each task's share of correct tries, two more rows redraw each task's tries as well (``count_gain``): the
+    interval a gain must clear for a repeat of both evaluations at other seeds to agree with it."""
     from kevin.analysis.learning import Gain, paired_gain
+    from kevin.analysis.moves import count_gain
 
     b = _baseline_index(reports, baseline)
     base = reports[b]
@@ -279,6 +282,14 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
         if shared:
             rows.append(row("tries correct (avg@k)", "share", run,
                             {t: [base.task_correct_share[t], run.task_correct_share[t]] for t in shared}))
+            # The rows above redraw the tasks only, as if each task's share of k tries were exact; these redraw
+            # each task's tries too, so a gain must also beat what a second evaluation at another seed would vary.
+            for label, figure in (("tasks solved, tries redrawn", "solved"), ("tries correct, tries redrawn", "share")):
+                first, last, low, high = count_gain(base.task_correct_counts(), run.task_correct_counts(), figure,
+                                                    level=level, draws=draws, seed=seed)
+                rows.append([label, run.name, str(len(shared)), pct(first), pct(last), _delta("share", last, first),
+                             f"[{_delta('share', low, 0.0)}, {_delta('share', high, 0.0)}]",
+                             Gain(first=first, last=last, low=low, high=high).verdict])
     if not rows:
         return f"No run shares a task with {base.name}: there is nothing to pair.\n"
     return markdown_table(header, rows)

@@ -1,4 +1,5 @@
-"""Fisher's exact test of a task's correct tries before and after, with p-values worked out by hand."""
+"""Fisher's exact test of a task's correct tries before and after, with p-values worked out by hand; the bootstrap
+that redraws the tries too."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ from math import comb
 
 import pytest
 
-from kevin.analysis.moves import TaskMove, exact_p, task_moves
+from kevin.analysis.learning import paired_gain
+from kevin.analysis.moves import TaskMove, count_gain, exact_p, task_moves
 
 
 def test_exact_p_sums_the_splits_no_more_likely_than_the_one_seen():
@@ -63,3 +65,44 @@ def test_a_rise_is_read_from_shares_not_counts():
 def test_task_moves_refuses_a_level_outside_zero_and_one():
     with pytest.raises(ValueError, match="alpha must be between 0 and 1"):
         task_moves({}, {}, alpha=1.0)
+
+
+def test_count_gain_of_tasks_always_or_never_correct_is_the_task_only_interval():
+    # A 8 of 8 -> 8 of 8, B 0 of 8 -> 8 of 8: every redraw of a task's tries keeps its count, so only the redraw of
+    # the two tasks varies: both A (gain 0, chance 1/4), one of each (0.5, 1/2), both B (1, 1/4). The 5% and 95%
+    # ends of 2000 such redraws are 0 and 1; the means 50% -> 100% (share) and 50% -> 100% (solved).
+    before, after = {"A": (8, 8), "B": (0, 8)}, {"A": (8, 8), "B": (8, 8)}
+    assert count_gain(before, after, "share") == (0.5, 1.0, 0.0, 1.0)
+    assert count_gain(before, after, "solved") == (0.5, 1.0, 0.0, 1.0)
+    # Tasks in only one evaluation are left out.
+    assert count_gain({**before, "C": (0, 8)}, {**after, "D": (8, 8)}, "share") == (0.5, 1.0, 0.0, 1.0)
+
+
+def test_count_gain_widens_the_interval_by_the_noise_of_the_tries():
+    # 40 tasks, each 4 of 8 tries correct in both evaluations: nothing changed. Redrawing the tasks only (the
+    # broken variant, paired_gain over the shares) sees 40 differences of exactly 0 and calls the interval [0, 0],
+    # so a second evaluation at another seed would look like a rise or a fall beyond the noise.
+    same = {f"task{i}": (4, 8) for i in range(40)}
+    assert paired_gain({task: [0.5, 0.5] for task in same}) == (0.5, 0.5, 0.0, 0.0, 40)
+    # Redrawing the tries too: a task's share difference has variance 2 x (1/2)(1/2) / 8 = 1/16 (sd 0.25), the mean
+    # of 40 sd 0.25 / sqrt(40) = 0.0395, so the 90% interval is about +-1.645 x 0.0395 = +-0.065.
+    first, last, low, high = count_gain(same, same, "share")
+    assert (first, last) == (0.5, 0.5)
+    assert low == pytest.approx(-0.065, abs=0.01) and high == pytest.approx(0.065, abs=0.01)
+    # Seeded: the same call gives the same interval; another seed another one of the same width.
+    assert count_gain(same, same, "share") == (first, last, low, high)
+    other = count_gain(same, same, "share", seed=1)
+    assert other[2] == pytest.approx(-0.065, abs=0.01) and other[3] == pytest.approx(0.065, abs=0.01)
+
+
+@pytest.mark.parametrize("before, after, figure, message", [
+    ({"A": (1, 8)}, {"B": (1, 8)}, "share", "share no task"),
+    ({"A": (9, 8)}, {"A": (1, 8)}, "share", "9 correct of 8 tries"),
+    ({"A": (0, 0)}, {"A": (0, 8)}, "share", "0 correct of 0 tries"),
+    ({"A": (1, 8)}, {"A": (1, 8)}, "best", "figure must be one of"),
+])
+def test_count_gain_refuses_what_it_cannot_pair(before, after, figure, message):
+    with pytest.raises(ValueError, match=message):
+        count_gain(before, after, figure)
+    with pytest.raises(ValueError, match="level must be between"):
+        count_gain({"A": (1, 8)}, {"A": (1, 8)}, level=1.0)

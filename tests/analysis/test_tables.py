@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from kevin.analysis.metrics import AnalysisConfig, analyze_run
+from kevin.analysis.moves import count_gain
 from kevin.analysis.outcomes import TaskOutcome, TrajectoryOutcome
 from kevin.analysis.tables import (
     best_at_k_csv,
@@ -184,18 +185,33 @@ def test_paired_pairs_each_task_with_itself():
     # Tries correct (avg@k), from the tasks' shares: base A 0, B 0.5, C 0.25; run A 0.5, B 1.0, C 0.25: 25% ->
     #   58%, +33 pts; differences [0.5, 0.5, 0]: mean 0 has probability 1/27 < 0.05, so the 5% end is the next value
     #   up, 0.5 / 3 = +17 pts; mean 0.5 has 8/27 > 0.05, so the 95% end is +50 pts: a rise above the noise.
-    base = dataclasses.replace(BASE, task_best_speedup={"A": 0.0, "B": 1.2, "C": 0.5, "D": 0.0},
+    # Four tries a task, so the shares are counts: base A 0, B 2, C 1 of 4; run A 2, B 4, C 1 of 4.
+    base = dataclasses.replace(BASE, trajectories=4, task_best_speedup={"A": 0.0, "B": 1.2, "C": 0.5, "D": 0.0},
                                task_correct_share={"A": 0.0, "B": 0.5, "C": 0.25, "D": 0.0})
-    run = dataclasses.replace(CKPT, task_best_speedup={"A": 0.8, "B": 1.5, "C": 0.5, "E": 2.0},
+    run = dataclasses.replace(CKPT, trajectories=4, task_best_speedup={"A": 0.8, "B": 1.5, "C": 0.5, "E": 2.0},
                               task_correct_share={"A": 0.5, "B": 1.0, "C": 0.25, "E": 1.0})
-    assert paired_markdown([base, run]) == (
-        "| figure                  | run  | tasks | base (baseline) | run   | gain    | 90% interval       | verdict                |\n"
-        "|-------------------------|------|-------|-----------------|-------|---------|--------------------|------------------------|\n"
-        "| tasks solved            | ckpt | 3     | 67%             | 100%  | +33 pts | [+0 pts, +67 pts]  | within the noise       |\n"
-        "| tasks faster than eager | ckpt | 3     | 33%             | 33%   | +0 pts  | [+0 pts, +0 pts]   | within the noise       |\n"
-        "| best perf               | ckpt | 3     | 0.57x           | 0.93x | +0.37x  | [+0.10x, +0.63x]   | a rise above the noise |\n"
-        "| tries correct (avg@k)   | ckpt | 3     | 25%             | 58%   | +33 pts | [+17 pts, +50 pts] | a rise above the noise |\n"
-    )
+    table = paired_markdown([base, run])
+    cells = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()]
+    assert cells[0] == ["figure", "run", "tasks", "base (baseline)", "run", "gain", "90% interval", "verdict"]
+    assert cells[2:6] == [
+        ["tasks solved", "ckpt", "3", "67%", "100%", "+33 pts", "[+0 pts, +67 pts]", "within the noise"],
+        ["tasks faster than eager", "ckpt", "3", "33%", "33%", "+0 pts", "[+0 pts, +0 pts]", "within the noise"],
+        ["best perf", "ckpt", "3", "0.57x", "0.93x", "+0.37x", "[+0.10x, +0.63x]", "a rise above the noise"],
+        ["tries correct (avg@k)", "ckpt", "3", "25%", "58%", "+33 pts", "[+17 pts, +50 pts]", "a rise above the noise"],
+    ]
+    # Then the same two correctness figures with each task's 4 tries redrawn too (count_gain on the counts): the
+    # means and gains are the rows' above, the intervals count_gain's.
+    counts = ({"A": (0, 4), "B": (2, 4), "C": (1, 4)}, {"A": (2, 4), "B": (4, 4), "C": (1, 4)})
+    assert (base.task_correct_counts(), run.task_correct_counts()) == ({**counts[0], "D": (0, 4)},
+                                                                       {**counts[1], "E": (4, 4)})
+    for row, label, figure, means in ((cells[6], "tasks solved, tries redrawn", "solved", ["67%", "100%"]),
+                                      (cells[7], "tries correct, tries redrawn", "share", ["25%", "58%"])):
+        _, _, low, high = count_gain(*counts, figure)
+        assert row[:7] == [label, "ckpt", "3", *means, "+33 pts", f"[{100 * low:+.0f} pts, {100 * high:+.0f} pts]"]
+    # Redrawn, A's 2 of 4 can come out 0 of 4, and B's 2 of 4 as 4 of 4: the tries-correct gain that redrawing the
+    # tasks alone put above the noise ([+17, +50] pts) is within it once the 4 tries a task are redrawn.
+    assert count_gain(*counts, "share")[2] < 1 / 6 and cells[7][7] == "within the noise"
+    assert len(cells) == 8
     # Reports written before the shares were kept pair the best-perf figures only.
     assert "tries correct" not in paired_markdown([dataclasses.replace(base, task_correct_share={}), run])
     # The other way round: the same pairs, every gain and interval negated.

@@ -222,12 +222,13 @@ def test_an_interrupted_checkpoint_evaluation_resumes_without_generating_or_judg
     assert "| base" in header and "| ckpt" in header and "ckpt - base" in header
     assert "| correct best@k" in comparison and "+0 pts" in comparison
     assert [r["run"] for r in csv.DictReader((root / "compare" / "tables" / "table1.csv").open())] == ["base", "ckpt"]
-    # Task by task: both runs evaluated the same eval tasks, so each of the four figures pairs every one of them
+    # Task by task: both runs evaluated the same eval tasks, so each of the six rows pairs every one of them
     # (the reports a run writes now keep each task's share of correct tries).
     paired = (root / "compare" / "tables" / "paired.md").read_text().splitlines()
     tasks = json.loads((root / "base" / "report.json").read_text())["tasks"]
-    assert [line.split("|")[1].strip() for line in paired[2:]] == ["tasks solved", "tasks faster than eager", "best perf",
-                                                                   "tries correct (avg@k)"]
+    assert [line.split("|")[1].strip() for line in paired[2:]] == [
+        "tasks solved", "tasks faster than eager", "best perf", "tries correct (avg@k)", "tasks solved, tries redrawn",
+        "tries correct, tries redrawn"]
     assert all(line.split("|")[3].strip() == str(tasks) for line in paired[2:])
     assert "Task by task" in cli.output and "tasks solved" in cli.output
     # Tasks that moved: every eval task of both runs tested, the sentence printed and kept.
