@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import comb, fsum
-from typing import Mapping, Sequence
+from typing import Mapping
 
 __all__ = ["COUNT_FIGURES", "TaskMove", "count_gain", "exact_p", "task_moves"]
 
@@ -117,7 +117,7 @@ def count_gain(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[
             if tries < 1 or not 0 <= hits <= tries:
                 raise ValueError(f"{task}: {hits} correct of {tries} tries is not a count of tries")
 
-    def counts(side: Mapping[str, tuple[int, int]]) -> tuple[Sequence[int], Sequence[int]]:
+    def counts(side: Mapping[str, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:  # (correct, tries) a task
         return np.array([side[t][0] for t in tasks]), np.array([side[t][1] for t in tasks])
 
     (hits_b, tries_b), (hits_a, tries_a) = counts(before), counts(after)
