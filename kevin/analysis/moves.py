@@ -28,13 +28,18 @@ __all__ = ["COUNT_FIGURES", "TaskMove", "count_gain", "exact_p", "task_moves"]
 _TIES = 1 + 1e-7
 
 
+def _check_count(name: str, hits: int, tries: int) -> None:
+    """ValueError unless ``hits`` correct of ``tries`` can be a count of tries."""
+    if tries < 1 or not 0 <= hits <= tries:
+        raise ValueError(f"{name}: {hits} correct of {tries} tries is not a count of tries")
+
+
 def exact_p(before: int, before_tries: int, after: int, after_tries: int) -> float:
     """Two-sided p-value of Fisher's exact test that ``before`` correct of ``before_tries`` and ``after`` of
     ``after_tries`` come from one success rate: given the total correct, the probability of every split of it
     between the two that is no more likely than the one observed."""
-    for name, hits, tries in (("before", before, before_tries), ("after", after, after_tries)):
-        if tries < 1 or not 0 <= hits <= tries:
-            raise ValueError(f"{name}: {hits} correct of {tries} tries is not a count of tries")
+    _check_count("before", before, before_tries)
+    _check_count("after", after, after_tries)
     total = before + after
     every = comb(before_tries + after_tries, total)
 
@@ -112,10 +117,8 @@ def count_gain(before: Mapping[str, tuple[int, int]], after: Mapping[str, tuple[
     if not tasks:
         raise ValueError("the two evaluations share no task: there is nothing to pair")
     for task in tasks:
-        for side in (before, after):
-            hits, tries = side[task]
-            if tries < 1 or not 0 <= hits <= tries:
-                raise ValueError(f"{task}: {hits} correct of {tries} tries is not a count of tries")
+        _check_count(task, *before[task])
+        _check_count(task, *after[task])
 
     def counts(side: Mapping[str, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:  # (correct, tries) a task
         return np.array([side[t][0] for t in tasks]), np.array([side[t][1] for t in tasks])

@@ -262,12 +262,16 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
               "verdict"]
     rows = []
 
-    def row(label: str, kind: str, run: RunReport, visits: dict[str, list[float]]) -> list[str]:
-        first, last, low, high, _ = paired_gain(visits, level=level, draws=draws, seed=seed)
+    def gain_row(label: str, kind: str, run: RunReport, tasks: int, first: float, last: float, low: float,
+                 high: float) -> list[str]:
         fmt = times if kind == "speedup" else pct
-        return [label, run.name, str(len(visits)), fmt(first), fmt(last), _delta(kind, last, first),
+        return [label, run.name, str(tasks), fmt(first), fmt(last), _delta(kind, last, first),
                 f"[{_delta(kind, low, 0.0)}, {_delta(kind, high, 0.0)}]",
                 Gain(first=first, last=last, low=low, high=high).verdict]
+
+    def row(label: str, kind: str, run: RunReport, visits: dict[str, list[float]]) -> list[str]:
+        first, last, low, high, _ = paired_gain(visits, level=level, draws=draws, seed=seed)
+        return gain_row(label, kind, run, len(visits), first, last, low, high)
 
     for i, run in enumerate(reports):
         common = sorted(set(base.task_best_speedup) & set(run.task_best_speedup))
@@ -285,11 +289,9 @@ def paired_markdown(reports: Sequence[RunReport], baseline: str | None = None, *
             # The rows above redraw the tasks only, as if each task's share of k tries were exact; these redraw
             # each task's tries too, so a gain must also beat what a second evaluation at another seed would vary.
             for label, figure in (("tasks solved, tries redrawn", "solved"), ("tries correct, tries redrawn", "share")):
-                first, last, low, high = count_gain(base.task_correct_counts(), run.task_correct_counts(), figure,
-                                                    level=level, draws=draws, seed=seed)
-                rows.append([label, run.name, str(len(shared)), pct(first), pct(last), _delta("share", last, first),
-                             f"[{_delta('share', low, 0.0)}, {_delta('share', high, 0.0)}]",
-                             Gain(first=first, last=last, low=low, high=high).verdict])
+                rows.append(gain_row(label, "share", run, len(shared), *count_gain(
+                    base.task_correct_counts(), run.task_correct_counts(), figure, level=level, draws=draws,
+                    seed=seed)))
     if not rows:
         return f"No run shares a task with {base.name}: there is nothing to pair.\n"
     return markdown_table(header, rows)
