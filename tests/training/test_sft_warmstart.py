@@ -186,30 +186,26 @@ def test_a_second_turn_longer_than_max_length_is_left_out_whole(suite):
     assert 0 < len(dropped) < len(seconds)
 
 
-def _embedded_tokenizer():
-    """SmolLM2's tokenizer from the converted model folder that any run of the embedded model leaves in the cache;
-    None when no run made it yet (converting takes about a minute)."""
-    from kevin.evaluation.config import default_cache_dir
-    from kevin.policy import embedded
-
+@pytest.fixture(scope="module")
+def embedded_tokenizer():
+    """SmolLM2's tokenizer from the embedded model's converted folder: converted here when no run made it yet (about
+    a minute, then cached), so these tests run on a fresh clone too; skipped only where the model is not installed."""
     try:
-        folder = default_cache_dir() / "models" / f"smollm2-135m-instruct-{embedded.package_version()}-c{embedded.CONVERSION}"
-    except FileNotFoundError:
-        return None
-    if not (folder / "tokenizer.json").is_file():
-        return None
+        from kevin.policy.embedded import embedded_hf_dir
+
+        folder = embedded_hf_dir()
+    except (FileNotFoundError, ImportError) as exc:
+        pytest.skip(f"the embedded model is not installed: {exc}")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
 
 
-def test_the_cpu_profile_trains_on_a_dozen_level1_answers_that_fit_its_response_limit(suite):
+def test_the_cpu_profile_trains_on_a_dozen_level1_answers_that_fit_its_response_limit(suite, embedded_tokenizer):
     from kevin.config import RunConfig
     from kevin.training.sft import answer_tokens, fit_examples, sft_examples
 
-    tokenizer = _embedded_tokenizer()
-    if tokenizer is None:
-        pytest.skip("the embedded model's converted folder is not cached (any `make run` or `kevin train` makes it)")
+    tokenizer = embedded_tokenizer
     run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"])
     assert run.sft.enabled and run.sft.data == "data/warmstart" and run.rollout.prompt_style == "compact"
     examples = sft_examples(list(suite.values()), "cpu", prompt_style="compact", data_dir=REPO / run.sft.data)
@@ -224,7 +220,7 @@ def test_the_cpu_profile_trains_on_a_dozen_level1_answers_that_fit_its_response_
     assert max(example_tokens(tokenizer, kept)) <= run.sft.max_length
 
 
-def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
+def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite, embedded_tokenizer):
     """The sft stage of `make run` copies data/warmstart/prebuilt/cpu only while its fingerprint is the cpu profile's:
     an answer, a setting or the base model changed without rebuilding it would cost every user ~25 min of training."""
     import json
@@ -233,19 +229,11 @@ def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
     from kevin.experiment.policies import model_identity
     from kevin.training.sft import warm_start_examples, warm_start_fingerprint
 
-    try:
-        from kevin.policy.embedded import embedded_hf_dir
-
-        folder = embedded_hf_dir()  # converts the GGUF file once (about a minute), then cached
-    except (FileNotFoundError, ImportError) as exc:
-        pytest.skip(f"the embedded model is not installed: {exc}")
-    from transformers import AutoTokenizer
-
     run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "cpu.yaml"])
     shipped = json.loads((REPO / run.sft.prebuilt / "sft.json").read_text())
     # The train tasks with a concise answer, in the suite's order (as `kevin sft` reads them from the split).
     tasks = [suite[t] for t in sorted(set(shipped["tasks"]) | set(shipped["left_out"]))]
-    examples, dropped = warm_start_examples(run, tasks, AutoTokenizer.from_pretrained(str(folder)))
+    examples, dropped = warm_start_examples(run, tasks, embedded_tokenizer)
     assert [e["task_id"] for e in examples] == shipped["tasks"] and dropped == shipped["left_out"]
     fingerprint = warm_start_fingerprint(run.sft, examples, model_identity(run))
     assert fingerprint == shipped["fingerprint"], (
@@ -254,7 +242,7 @@ def test_the_shipped_cpu_warm_start_is_the_one_the_cpu_profile_asks_for(suite):
 
 
 @pytest.mark.parametrize("config, per_task", [("h200_learn_rest.yaml", 1), ("h200_learn_turns.yaml", 2)])
-def test_the_h200_runs_warm_starts_keep_every_second_turn_whole(suite, config, per_task):
+def test_the_h200_runs_warm_starts_keep_every_second_turn_whole(suite, embedded_tokenizer, config, per_task):
     """configs/h200_learn_rest.yaml trains each answer also as a second turn (h200_learn_turns.yaml twice: after a
     correct and after a refused first attempt); sft.max_length must hold the longest of them with SmolLM2's
     tokenizer, or the second turns they exist for would be left out."""
@@ -262,15 +250,7 @@ def test_the_h200_runs_warm_starts_keep_every_second_turn_whole(suite, config, p
     from kevin.experiment.splits import split_side
     from kevin.training.sft import example_tokens, warm_start_examples
 
-    try:
-        from kevin.policy.embedded import embedded_hf_dir
-
-        folder = embedded_hf_dir()
-    except (FileNotFoundError, ImportError) as exc:
-        pytest.skip(f"the embedded model is not installed: {exc}")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    tokenizer = embedded_tokenizer
     run = RunConfig.from_files([REPO / "params.yaml", REPO / "configs" / "h200_learn.yaml",
                                 REPO / "configs" / config])
     assert run.sft.second_turn and run.backend == "cuda"
